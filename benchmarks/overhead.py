@@ -1,0 +1,122 @@
+"""Does LPES add latency? Vanilla vs LPES on the same loaded model, side by side in one run.
+
+Two workloads, each timed as the median of several repeats, with vanilla and LPES
+runs interleaved so that machine drift hits both alike:
+
+- prefill: one forward over a ~2k-token prompt;
+- generation: 32 new tokens with the KV cache (greedy, after a short prompt).
+
+LPES uses a Bézier curve whose every layer has a distinct scale, the worst case for
+the hooks (one extra (cos, sin) per layer). The paper's claim is a ratio of 1.00x.
+
+    python benchmarks/overhead.py                       # bundled SmolLM2, CPU
+    python benchmarks/overhead.py --pretrained <id-or-dir> --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from lpes_harness import curves, rope
+from lpes_harness.models import load_causal_lm
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--attn", default=None, help="attention implementation: sdpa, eager, flash_attention_2")
+    parser.add_argument("--prefill-tokens", type=int, default=2048)
+    parser.add_argument("--gen-tokens", type=int, default=32)
+    parser.add_argument("--gen-prompt-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--control-points", default="0:1.5;10:1.2;20:1.8;29:1.4",
+                        help="LPES curve (x rescaled to the model's depth)")
+    parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
+    return parser.parse_args()
+
+
+def curve_for_depth(text: str, num_layers: int) -> list[float]:
+    points = curves.parse_control_points(text)
+    last_x = points[-1][0]
+    rescaled = [(round(x * (num_layers - 1) / last_x), y) for x, y in points]
+    return curves.curve_scales(rescaled, num_layers, curve="bezier")
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn, device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def main():
+    args = parse_args()
+    model, _ = load_causal_lm(args.pretrained, device=args.device, dtype=args.dtype, attn_implementation=args.attn)
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    prefill_ids = torch.randint(100, vocab - 1, (1, args.prefill_tokens), generator=generator).to(device)
+    gen_ids = torch.randint(100, vocab - 1, (1, args.gen_prompt_tokens), generator=generator).to(device)
+    n_layers = rope.num_layers(model)
+    scales = curve_for_depth(args.control_points, n_layers)
+
+    def prefill():
+        with torch.no_grad():
+            model(prefill_ids, use_cache=False)
+
+    def generate():
+        with torch.no_grad():
+            model.generate(gen_ids, max_new_tokens=args.gen_tokens, min_new_tokens=args.gen_tokens,
+                           do_sample=False, pad_token_id=0)
+
+    def set_mode(mode):
+        if mode == "lpes":
+            rope.install(model, scales)
+        else:
+            rope.remove(model)
+
+    timings = {(work, mode): [] for work in ("prefill", "generate") for mode in ("vanilla", "lpes")}
+    for mode in ("vanilla", "lpes"):  # warm-up, not timed
+        set_mode(mode)
+        prefill()
+        generate()
+    for _ in range(args.repeats):
+        for work, fn in (("prefill", prefill), ("generate", generate)):
+            for mode in ("vanilla", "lpes"):
+                set_mode(mode)
+                timings[(work, mode)].append(time_call(fn, device))
+    rope.remove(model)
+
+    print(f"model: {model.config.model_type}, {n_layers} layers, device {device}, threads {torch.get_num_threads()}")
+    print(f"LPES scales: min {min(scales):.3f} max {max(scales):.3f} ({len(set(scales))} distinct)")
+    print(f"{'workload':<34}{'vanilla s':>11}{'LPES s':>11}{'ratio':>8}")
+    report = {}
+    for work, label in (("prefill", f"prefill {args.prefill_tokens} tokens"),
+                        ("generate", f"generate {args.gen_tokens} tokens (KV cache)")):
+        vanilla = statistics.median(timings[(work, "vanilla")])
+        lpes = statistics.median(timings[(work, "lpes")])
+        report[work] = {"vanilla_s": vanilla, "lpes_s": lpes, "ratio": lpes / vanilla,
+                        "vanilla_all": timings[(work, "vanilla")], "lpes_all": timings[(work, "lpes")]}
+        print(f"{label:<34}{vanilla:>11.4f}{lpes:>11.4f}{lpes / vanilla:>7.3f}x")
+    print(f"overhead ratio: prefill {report['prefill']['ratio']:.3f}x generate {report['generate']['ratio']:.3f}x "
+          f"(median of {args.repeats}, target <= 1.01x)")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

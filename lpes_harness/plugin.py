@@ -1,0 +1,33 @@
+"""Registration with lm-eval, and the ``lpes-eval`` console script.
+
+``lpes-eval`` takes exactly the arguments of ``lm_eval``. It exists for environments
+where the start-up ``.pth`` hook is not active (e.g. ``python -S``, or an install
+that skipped the .pth file): it registers our models explicitly, then runs lm-eval's
+own command line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def register() -> None:
+    """Register our lm-eval models (lazily: nothing heavy is imported here)."""
+    import lm_eval.api.registry as registry
+
+    from lpes_harness._startup import register_lazy_models
+
+    register_lazy_models(registry)
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    register()
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Tiny randomly initialised causal LMs built in code (no hub, no files)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+ARCHITECTURES = ("llama", "qwen2", "mistral")
+
+_COMMON = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,  # grouped-query attention, as in the real models
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
+
+
+def tiny_config(arch: str, attn_implementation: str = "sdpa", rope_parameters: dict | None = None, **overrides):
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    rope.update(rope_parameters or {})
+    kwargs = dict(_COMMON, rope_parameters=rope, **overrides)
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[arch]
+    config = config_cls(**kwargs)
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def tiny_model(arch: str, seed: int = 0, **config_kwargs):
+    model_cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "mistral": MistralForCausalLM}[arch]
+    torch.manual_seed(seed)
+    model = model_cls(tiny_config(arch, **config_kwargs))
+    # Random init is small; scale it up so attention is far from uniform and
+    # position changes show in the logits.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "proj" in name:
+                param.mul_(4.0)
+    # No end-of-sequence token: generation tests compare fixed-length outputs.
+    model.generation_config.eos_token_id = None
+    return model.eval()
+
+
+def random_ids(length: int, batch: int = 1, seed: int = 1, vocab: int = 96) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, length), generator=generator)
+
+
+def tiny_tokenizer():
+    """A character-level fast tokenizer built in code (ids < 96, like the tiny models)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    chars = [chr(c) for c in range(32, 32 + 96 - len(specials))]
+    vocab = {token: index for index, token in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+def save_tiny_checkpoint(path, arch: str = "llama", seed: int = 0):
+    """A local model directory (weights + tokenizer) that HFLM can load offline."""
+    model = tiny_model(arch, seed=seed)
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
