@@ -1,21 +1,29 @@
-"""Start-up hook: make lm-eval see our models without importing anything heavy.
+"""Start-up hook: make lm-eval see our models and tasks without importing anything heavy.
 
-lm-eval 0.4.13 discovers models only through its own ``MODEL_MAPPING``; it reads no
-entry points. A ``.pth`` file imports this module at every interpreter start-up, so
-it must cost almost nothing: it only puts a finder on ``sys.meta_path`` that waits
-for ``lm_eval.api.registry`` to be executed, then adds *lazy* registry entries
-(``"module:Class"`` strings). torch and lm-eval are imported only when a user asks
-for one of our models.
+lm-eval 0.4.13 discovers models only through its own ``MODEL_MAPPING`` and tasks only
+in its own folder plus ``--include_path``; it reads no entry points. A ``.pth`` file
+imports this module at every interpreter start-up, so it must cost almost nothing: it
+only puts a finder on ``sys.meta_path`` that waits for two lm-eval modules to be
+executed, then
+
+- after ``lm_eval.api.registry``: adds *lazy* registry entries (``"module:Class"``
+  strings) for our models, so torch is imported only when one of them is used;
+- after ``lm_eval.tasks.manager``: makes every ``TaskManager`` that includes lm-eval's
+  default tasks also include ours, so ``--tasks kv_retrieval`` works without
+  ``--include_path``.
+
+Set ``LPES_NO_AUTO_TASKS=1`` to keep lm-eval's task list untouched.
 """
 
+import os
 import sys
-from importlib.abc import MetaPathFinder
-
-_REGISTRY_MODULE = "lm_eval.api.registry"
 
 # name -> "module:Class"; lm-eval imports the target on first use.
 LAZY_MODELS = {
     "lpes_hf": "lpes_harness.lm:LPESLM",
+    "mspoe_hf": "lpes_harness.baselines.mspoe:MsPoELM",
+    "buckets_hf": "lpes_harness.baselines.buckets:BucketsLM",
+    "moice_hf": "lpes_harness.baselines.moice:MoICELM",
 }
 
 
@@ -31,11 +39,53 @@ def register_lazy_models(registry_module) -> None:
             registry.register(name, target=target)
 
 
-class _RegistryWatcher(MetaPathFinder):
-    """Wraps the loader of lm-eval's registry module to run our registration after it."""
+def our_tasks_dir():
+    from lpes_harness.tasks import TASKS_DIR
+
+    return TASKS_DIR if TASKS_DIR.is_dir() else None
+
+
+def add_our_tasks_to_task_manager(manager_module) -> None:
+    if os.environ.get("LPES_NO_AUTO_TASKS"):
+        return
+    task_manager = manager_module.TaskManager
+    original_init = task_manager.__init__
+    if getattr(original_init, "_lpes_wrapped", False):
+        return
+
+    def __init__(self, verbosity=None, include_path=None, include_defaults=True, metadata=None):
+        tasks_dir = our_tasks_dir() if include_defaults else None
+        if tasks_dir is not None:
+            paths = [] if include_path is None else list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+            from pathlib import Path
+
+            if all(Path(p).resolve() != tasks_dir.resolve() for p in paths):
+                # Ours first: a user's --include_path still overrides a same-named task.
+                include_path = [str(tasks_dir), *paths]
+        original_init(self, verbosity=verbosity, include_path=include_path, include_defaults=include_defaults, metadata=metadata)
+
+    __init__._lpes_wrapped = True
+    __init__.__doc__ = original_init.__doc__
+    task_manager.__init__ = __init__
+
+
+# module name -> what to run right after lm-eval executes it
+_AFTER_IMPORT = {
+    "lm_eval.api.registry": register_lazy_models,
+    "lm_eval.tasks.manager": add_our_tasks_to_task_manager,
+}
+
+
+class _LmEvalWatcher:
+    """Wraps the loaders of the watched lm-eval modules to run our code after them.
+
+    A plain class (sys.meta_path needs only ``find_spec``): importing ``importlib.abc``
+    would pull in pathlib, tempfile and typing, ~15 ms on every Python start.
+    """
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _REGISTRY_MODULE:
+        after = _AFTER_IMPORT.get(fullname)
+        if after is None:
             return None
         # Ask the other finders for the real spec, skipping ourselves.
         for finder in sys.meta_path:
@@ -43,14 +93,15 @@ class _RegistryWatcher(MetaPathFinder):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _PostExecLoader(spec.loader)
+                spec.loader = _PostExecLoader(spec.loader, after)
                 return spec
         return None
 
 
 class _PostExecLoader:
-    def __init__(self, loader):
+    def __init__(self, loader, after):
         self._loader = loader
+        self._after = after
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -58,20 +109,20 @@ class _PostExecLoader:
     def exec_module(self, module):
         self._loader.exec_module(module)
         try:
-            register_lazy_models(module)
+            self._after(module)
         except Exception as err:  # never break lm-eval because of us
-            print(f"lpes-harness: could not register models with lm-eval: {err}", file=sys.stderr)
+            print(f"lpes-harness: could not hook into {module.__name__}: {err}", file=sys.stderr)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
 
 
 def install() -> None:
-    if _REGISTRY_MODULE in sys.modules:  # already imported: register directly
-        register_lazy_models(sys.modules[_REGISTRY_MODULE])
-        return
-    if not any(isinstance(f, _RegistryWatcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RegistryWatcher())
+    for name, after in _AFTER_IMPORT.items():
+        if name in sys.modules:  # already imported: act directly
+            after(sys.modules[name])
+    if not any(isinstance(f, _LmEvalWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LmEvalWatcher())
 
 
 install()

@@ -12,12 +12,14 @@ import sys
 
 
 def register() -> None:
-    """Register our lm-eval models (lazily: nothing heavy is imported here)."""
+    """Register our lm-eval models (lazily: nothing heavy is imported here) and tasks."""
     import lm_eval.api.registry as registry
+    import lm_eval.tasks.manager as manager
 
-    from lpes_harness._startup import register_lazy_models
+    from lpes_harness._startup import add_our_tasks_to_task_manager, register_lazy_models
 
     register_lazy_models(registry)
+    add_our_tasks_to_task_manager(manager)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -106,3 +106,12 @@ def test_start_up_hook_registers_lpes_hf_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # lm-eval's own models must stay available next to ours.
     assert out.stdout.strip() == "lpes_harness.lm HFLM"
+
+
+def test_position_tasks_are_found_without_include_path():
+    code = (
+        "from lm_eval.tasks import TaskManager; tm = TaskManager();"
+        "print(' '.join(t for t in ('kv_retrieval', 'kv_retrieval_pos40', 'mdqa', 'mdqa_pos50') if t in tm.all_tasks))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["kv_retrieval", "kv_retrieval_pos40", "mdqa", "mdqa_pos50"]

@@ -1,0 +1,125 @@
+"""Accuracy by gold position for every method, side by side (the paper's Table 1 layout).
+
+    python benchmarks/compare_accuracy.py --tasks kv_retrieval,mdqa --num-samples 50 \
+        --lpes-scales results/smollm2/scales.json --moice-gates results/moice/smollm2.gates.pt \
+        --json scratch/accuracy.json
+
+Each method is an lm-eval model run through ``lm_eval.simple_evaluate`` on the held-out
+split of the position tasks (``split=heldout``, never the samples a search saw), so the
+numbers are what ``lm_eval --model <name> --tasks kv_retrieval`` reports:
+
+    vanilla  hf        pretrained=<bundled>,gguf_file=...
+    LPES     lpes_hf   scales=<file>
+    PI       lpes_hf   scales=<file>,pi=true      (the mean of the LPES scales, uniform)
+    Ms-PoE   mspoe_hf  (min_ratio=1.2,max_ratio=1.8)
+    Buckets  buckets_hf
+    MoICE    moice_hf  gates=<file>
+
+Without ``--lpes-scales`` the LPES and PI rows are skipped (there is nothing to compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+def method_specs(lpes_scales: str | None, moice_gates: str | None) -> dict[str, tuple[str, dict]]:
+    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+
+    specs = {"vanilla": ("hf", {"pretrained": bundled_model_dir(), "gguf_file": BUNDLED_GGUF})}
+    if lpes_scales:
+        specs["LPES"] = ("lpes_hf", {"scales": lpes_scales})
+        specs["PI"] = ("lpes_hf", {"scales": lpes_scales, "pi": True})
+    specs["Ms-PoE"] = ("mspoe_hf", {})
+    specs["Buckets"] = ("buckets_hf", {})
+    specs["MoICE"] = ("moice_hf", {"gates": moice_gates} if moice_gates else {})
+    return specs
+
+
+def run_method(model: str, model_args: dict, tasks: list[str], metadata: dict, batch_size: int, device: str) -> dict:
+    import lm_eval
+
+    args = dict(model_args, device=device, dtype="float32")
+    return lm_eval.simple_evaluate(
+        model=model,
+        model_args=args,
+        tasks=tasks,
+        batch_size=batch_size,
+        metadata=metadata,
+        log_samples=False,
+    )
+
+
+def format_table(task: str, rows: dict[str, dict[int, float]]) -> str:
+    positions = sorted({p for scores in rows.values() for p in scores})
+    header = "| method | " + " | ".join(f"{p}%" for p in positions) + " | avg |"
+    lines = [f"**{task}** (held-out, accuracy by gold position)", "", header, "|---|" + "---:|" * (len(positions) + 1)]
+    for name, scores in rows.items():
+        values = [scores[p] for p in positions]
+        cells = " | ".join(f"{100 * v:.1f}" for v in values)
+        lines.append(f"| {name} | {cells} | {100 * sum(values) / len(values):.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="kv_retrieval,mdqa", help="comma-separated position tasks")
+    parser.add_argument("--num-samples", type=int, default=None, help="held-out samples per position (default: the task's)")
+    parser.add_argument("--methods", default=None, help="comma-separated subset (default: all that apply)")
+    parser.add_argument("--lpes-scales", default=None, help="an LPES scales file (enables the LPES and PI rows)")
+    parser.add_argument("--moice-gates", default=None, help="a MoICE gates file (default: untrained routers)")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", default=None, help="also write the scores here")
+    args = parser.parse_args(argv)
+
+    from lpes_harness.tasks.position import position_scores
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    specs = method_specs(args.lpes_scales, args.moice_gates)
+    if args.methods:
+        wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in wanted if m not in specs]
+        if unknown:
+            parser.error(f"--methods: {', '.join(unknown)} not available; choose from {', '.join(specs)}")
+        specs = {m: specs[m] for m in wanted}
+    metadata = {"split": "heldout"}
+    if args.num_samples:
+        metadata["num_samples"] = args.num_samples
+
+    scores: dict[str, dict[str, dict[int, float]]] = {task: {} for task in tasks}
+    seconds = {}
+    for name, (model, model_args) in specs.items():
+        started = time.time()
+        results = run_method(model, model_args, tasks, metadata, args.batch_size, args.device)
+        seconds[name] = round(time.time() - started, 1)
+        for task in tasks:
+            scores[task][name] = position_scores(results, task)
+        print(f"{name}: done in {seconds[name]} s", file=sys.stderr)
+
+    for task in tasks:
+        print(format_table(task, scores[task]))
+        print()
+    if args.json:
+        payload = {
+            "metadata": metadata,
+            "methods": {n: {"model": m, "model_args": a} for n, (m, a) in specs.items()},
+            "seconds": seconds,
+            "scores": {t: {n: {str(p): v for p, v in s.items()} for n, s in rows.items()} for t, rows in scores.items()},
+        }
+        directory = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2)
+        os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

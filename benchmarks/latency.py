@@ -1,0 +1,204 @@
+"""Inference latency of every method on the same prompts, side by side in one run.
+
+    python benchmarks/latency.py --samples 3 --repeats 2 --new-tokens 16 --json scratch/latency.json
+
+One model load; each method is installed, timed, and removed in turn, on the same MDQA-style
+prompts (10 Natural Questions passages, about 1.5k tokens with SmolLM2's tokenizer), each
+generating exactly ``--new-tokens`` tokens greedily with a KV cache (end-of-sequence is
+ignored so every method does the same amount of work). Methods are interleaved per
+prompt and repeat, so a burst of load on a shared machine hits them alike. Per sample we
+keep the median over repeats; the table gives the median over samples and its ratio to
+vanilla.
+
+The paper's H100 ratios to vanilla (Llama-2-7B): Ms-PoE 1.45x, MoICE 2.42x,
+Attention Buckets 4.76x, LPES 1.00x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
+METHODS = ("vanilla", "LPES", "PI", "Ms-PoE", "Buckets", "MoICE")
+
+
+def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
+    """MDQA-shaped prompts: one question's gold passage among other questions' passages."""
+    from lpes_harness.tasks import mdqa
+    from lpes_harness.tasks.data import find_shared_file, read_jsonl
+
+    records = read_jsonl(find_shared_file(mdqa.DEFAULT_DATA_FILE), mdqa.REQUIRED_KEYS)
+    rng = random.Random(seed)
+    prompts = []
+    for index in rng.sample(range(len(records)), n):
+        others = rng.sample([i for i in range(len(records)) if i != index], num_docs - 1)
+        documents = [records[i]["ctxs"][0] for i in others]
+        documents.insert(rng.randrange(num_docs), records[index]["ctxs"][0])
+        prompts.append(
+            mdqa.PROMPT_TEMPLATE.format(
+                search_results=mdqa.format_documents(documents), question=records[index]["question"]
+            )
+        )
+    return prompts
+
+
+def lpes_scales(path: str | None, n_layers: int) -> list[float]:
+    if path:
+        from lpes_harness.scales_file import read_scales_file
+
+        return list(read_scales_file(path))
+    # Latency does not depend on the values, only on scales != 1: a smooth stand-in curve.
+    return [1.0 + 0.8 * i / max(1, n_layers - 1) for i in range(n_layers)]
+
+
+def make_methods(model, scales: list[float], gates: str | None):
+    """name -> (install, remove, next_logits) on the one loaded model."""
+    from lpes_harness import rope
+    from lpes_harness.baselines import buckets, moice, mspoe
+
+    def plain_next_logits(ids, mask, positions, cache):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1]
+
+    def bucket_next_logits(ids, mask, positions, cache):
+        return buckets.forward_logits(model, ids, mask, positions, cache, last_only=True)
+
+    def none(_model=None):
+        return None
+
+    pi = [sum(scales) / len(scales)] * len(scales)
+    return {
+        "vanilla": (none, none, plain_next_logits),
+        "LPES": (lambda: rope.install(model, scales), lambda: rope.remove(model), plain_next_logits),
+        "PI": (lambda: rope.install(model, pi), lambda: rope.remove(model), plain_next_logits),
+        "Ms-PoE": (lambda: mspoe.install(model), lambda: mspoe.remove(model), plain_next_logits),
+        "Buckets": (lambda: buckets.install(model), lambda: buckets.remove(model), bucket_next_logits),
+        "MoICE": (lambda: moice.install(model, gates=gates), lambda: moice.remove(model), plain_next_logits),
+    }
+
+
+def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
+    from transformers import DynamicCache
+
+    from lpes_harness.baselines._common import greedy_generate
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = greedy_generate(
+            next_logits, lambda: DynamicCache(config=model.config), input_ids, None, input_ids.shape[1] + new_tokens
+        )
+    elapsed = time.perf_counter() - start
+    assert out.shape[1] == input_ids.shape[1] + new_tokens
+    return elapsed
+
+
+def format_table(summary: dict) -> str:
+    lines = [
+        "| method | median s / sample | ratio to vanilla | paper (H100) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in summary.items():
+        paper = PAPER_RATIOS.get(name)
+        lines.append(
+            f"| {name} | {row['median_s']:.2f} | {row['ratio']:.2f}x | {f'{paper:.2f}x' if paper else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pretrained", default=None, help="model (default: the bundled SmolLM2 GGUF)")
+    parser.add_argument("--gguf-file", default=None)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--num-docs", type=int, default=10)
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
+    parser.add_argument("--lpes-scales", default=None, help="a scales file (default: a stand-in curve)")
+    parser.add_argument("--moice-gates", default=None, help="a MoICE gates file (default: untrained routers)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--json", default=None, help="also write the raw timings here")
+    args = parser.parse_args(argv)
+
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or "vanilla" not in chosen:
+        parser.error(f"--methods {args.methods!r}: accepted {', '.join(METHODS)}, and vanilla must be one of them")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from lpes_harness import rope
+    from lpes_harness.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, attn_implementation="sdpa")
+    prompts = mdqa_prompts(args.samples, args.num_docs)
+    inputs = [tokenizer(p, return_tensors="pt")["input_ids"].to(model.device) for p in prompts]
+    lengths = [int(x.shape[1]) for x in inputs]
+    print(f"{len(inputs)} prompts of {min(lengths)}-{max(lengths)} tokens, {args.new_tokens} new tokens, "
+          f"{args.repeats} repeats, {torch.get_num_threads()} threads", file=sys.stderr)
+    methods = make_methods(model, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates)
+
+    times: dict[str, list[list[float]]] = {m: [[] for _ in inputs] for m in chosen}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Warm-up (first-call allocations) on a short input, not timed.
+        for name in chosen:
+            install, remove, next_logits = methods[name]
+            install()
+            time_generation(model, next_logits, inputs[0][:, :64], 2)
+            remove()
+        for repeat in range(args.repeats):
+            for s, input_ids in enumerate(inputs):
+                for name in chosen:
+                    install, remove, next_logits = methods[name]
+                    install()
+                    try:
+                        times[name][s].append(time_generation(model, next_logits, input_ids, args.new_tokens))
+                    finally:
+                        remove()
+                    print(f"repeat {repeat + 1} sample {s + 1} {name}: {times[name][s][-1]:.2f} s", file=sys.stderr)
+
+    per_sample = {m: [statistics.median(t) for t in times[m]] for m in chosen}
+    vanilla = statistics.median(per_sample["vanilla"])
+    summary = {
+        m: {
+            "median_s": statistics.median(per_sample[m]),
+            "ratio": statistics.median(per_sample[m]) / vanilla,
+            "per_sample_s": per_sample[m],
+            "raw_s": times[m],
+        }
+        for m in chosen
+    }
+    print(format_table(summary))
+    if args.json:
+        payload = {
+            "prompt_tokens": lengths,
+            "new_tokens": args.new_tokens,
+            "repeats": args.repeats,
+            "threads": torch.get_num_threads(),
+            "moice_gates": args.moice_gates,
+            "lpes_scales": args.lpes_scales,
+            "summary": summary,
+        }
+        directory = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2)
+        os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""Shared pieces of the baselines: RoPE at other bases or positions, attention calls, greedy decoding.
+
+The baselines need what :mod:`lpes_harness.rope` does not give: per-head positions
+(Ms-PoE), several RoPE bases in one layer (MoICE) or per batch row (Attention Buckets).
+They all start from the same facts about transformers 5.x decoders:
+
+- the model-level ``rotary_emb`` is called once per forward with ``position_ids``, which
+  already account for left padding and for the KV-cache offset; a forward hook on it
+  records them (:class:`PositionRecorder`);
+- its ``forward`` is ``cos/sin(position_ids[..., None] * inv_freq) * attention_scaling``,
+  elementwise, so :func:`cos_sin` with the model's own ``inv_freq`` reproduces it bit for
+  bit, and another base only changes ``inv_freq`` (:func:`inv_freq_for_base`);
+- attention modules compute ``q/k/v`` with ``q_proj/k_proj/v_proj``, rotate, update the
+  cache, then call the attention function chosen by ``config._attn_implementation``.
+  :func:`attend` calls that same function, so the trivial settings of the baselines run
+  the very kernel the vanilla model runs.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from lpes_harness import rope
+
+SUPPORTED_ATTENTION = ("sdpa", "eager")
+
+
+class BaselineError(rope.LPESError):
+    """Bad input to a baseline: the message names what was given and what is accepted."""
+
+
+# ----------------------------------------------------------------------------- argument parsing
+
+
+def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.0) -> list[float]:
+    """``1.0;1.3;1.6`` (or a number, or a list) -> floats, each checked."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        values = [float(value)]
+    elif isinstance(value, (list, tuple)):
+        values = [float(v) for v in value]
+    else:
+        text = str(value).strip()
+        try:
+            values = [float(part) for part in text.replace(",", ";").split(";") if part.strip()]
+        except ValueError:
+            raise BaselineError(f"{name}={value!r} is not understood; give numbers separated by ';'") from None
+    if not values:
+        raise BaselineError(f"{name}={value!r} is empty; give numbers separated by ';'")
+    for v in values:
+        if not math.isfinite(v) or (minimum_exclusive is not None and v <= minimum_exclusive):
+            raise BaselineError(f"{name}={value!r}: every value must be a finite number > {minimum_exclusive:g}")
+    return values
+
+
+def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]:
+    """``None`` -> ``default_start..L-1``; ``"2:"`` / ``"2:10"`` (a slice) or ``"2;3;5"`` -> layer indices."""
+    if value is None:
+        return list(range(min(default_start, n_layers), n_layers))
+    text = ";".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value).strip()
+    accepted = "a slice like '2:' or '2:10', or indices separated by ';' (e.g. '2;3;5')"
+    try:
+        if ":" in text:
+            start, _, stop = text.partition(":")
+            layers = list(range(n_layers))[slice(int(start) if start else None, int(stop) if stop else None)]
+        else:
+            layers = sorted({int(part) for part in text.split(";") if part.strip()})
+    except ValueError:
+        raise BaselineError(f"layers={value!r} is not understood; give {accepted}") from None
+    bad = [i for i in layers if not 0 <= i < n_layers]
+    if bad or not layers:
+        raise BaselineError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")
+    return layers
+
+
+def as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no"):
+        return False
+    raise BaselineError(f"{name}={value!r} is not understood; give true or false")
+
+
+# ----------------------------------------------------------------------------- RoPE
+
+
+def rope_theta(model: nn.Module) -> float:
+    """The model's RoPE base, for models whose RoPE is the plain ('default') kind."""
+    config = model.config
+    params = getattr(config, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    if rope_type != "default":
+        raise BaselineError(
+            f"this baseline changes the RoPE base, which is defined only for plain RoPE; the model uses "
+            f"rope_type={rope_type!r}. Accepted: models with rope_type 'default' (Llama 2, SmolLM2, Qwen2, Mistral)"
+        )
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None))
+    if theta is None:
+        raise BaselineError("the model config has no rope_theta; cannot derive RoPE bases from it")
+    return float(theta)
+
+
+def inv_freq_for_base(rotary_emb: nn.Module, theta: float, base: float) -> torch.Tensor:
+    """``1 / base^(2i/d)``, derived from the model's own ``inv_freq = 1 / theta^(2i/d)``.
+
+    Raising to ``ln(base)/ln(theta)`` keeps the model's dimension layout (partial rotary
+    included) and is exact when ``base == theta`` (the power is then exactly 1).
+    """
+    inv_freq = rotary_emb.inv_freq.float()
+    if base == theta:
+        return inv_freq.clone()
+    return inv_freq ** (math.log(base) / math.log(theta))
+
+
+def cos_sin(position_ids: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float, dtype: torch.dtype):
+    """What ``rotary_emb.forward`` computes, for any ``inv_freq`` broadcastable to ``position_ids[..., None]``."""
+    freqs = position_ids[..., None].float() * inv_freq.float()
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * attention_scaling).to(dtype), (emb.sin() * attention_scaling).to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return (x * cos) + (rotate_half(x) * sin)
+
+
+class PositionRecorder:
+    """Forward hook on ``rotary_emb``: remembers each call's ``position_ids`` (and may replace its output)."""
+
+    def __init__(self, rotary_emb: nn.Module, replace: Callable | None = None):
+        self.position_ids: torch.Tensor | None = None
+        self.replace = replace
+        self.handle = rotary_emb.register_forward_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs, output):
+        position_ids = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+        self.position_ids = position_ids
+        if self.replace is not None:
+            x = kwargs["x"] if "x" in kwargs else args[0]
+            return self.replace(x, position_ids, output)
+        return None
+
+    def remove(self) -> None:
+        self.handle.remove()
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def check_attention_implementation(model: nn.Module, who: str) -> None:
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    if implementation not in SUPPORTED_ATTENTION:
+        raise BaselineError(
+            f"{who} rewrites the attention of each layer and supports attn_implementation "
+            f"{' or '.join(SUPPORTED_ATTENTION)}; the model uses {implementation!r}. "
+            f"Load it with attn_implementation=sdpa"
+        )
+
+
+def projections(attn: nn.Module, hidden_states: torch.Tensor):
+    """Pre-RoPE ``q (B, Hq, T, D)``, ``k, v (B, Hkv, T, D)`` exactly as the model's attention makes them."""
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, attn.head_dim)
+    q = attn.q_proj(hidden_states).view(hidden_shape)
+    k = attn.k_proj(hidden_states).view(hidden_shape)
+    if hasattr(attn, "q_norm"):  # Qwen3-style per-head norms come before RoPE
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    v = attn.v_proj(hidden_states).view(hidden_shape)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def repeat_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    if n_rep == 1:
+        return x
+    b, h, t, d = x.shape
+    return x[:, :, None].expand(b, h, n_rep, t, d).reshape(b, h * n_rep, t, d)
+
+
+def attend(attn: nn.Module, query, key, value, attention_mask, **kwargs) -> torch.Tensor:
+    """The model's own attention function on ``(query, key, value)``; returns ``(B, T, Hq, D)``.
+
+    ``key``/``value`` may have fewer heads than ``query`` (grouped-query attention); the
+    group size is taken from the shapes, not from the module, because the baselines
+    change the number of key heads (Ms-PoE keeps one rotated key per query head).
+    """
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    if key.shape[1] != value.shape[1]:
+        value = repeat_heads(value, key.shape[1] // value.shape[1])
+    view = types.SimpleNamespace(
+        num_key_value_groups=query.shape[1] // key.shape[1],
+        is_causal=True,
+        training=False,
+        layer_idx=attn.layer_idx,
+        config=attn.config,
+        head_dim=attn.head_dim,
+    )
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, eager_attention_forward)
+    kwargs.pop("output_attentions", None)
+    output, _ = interface(
+        view,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=0.0,
+        scaling=attn.scaling,
+        sliding_window=getattr(attn, "sliding_window", None),
+        **kwargs,
+    )
+    return output
+
+
+def replace_attention_forward(attn: nn.Module, forward: Callable) -> None:
+    """Route ``attn(...)`` to ``forward(attn, ...)``; :func:`restore_attention_forward` undoes it."""
+    attn.forward = types.MethodType(forward, attn)
+
+
+def restore_attention_forward(attn: nn.Module) -> None:
+    if "forward" in attn.__dict__:
+        del attn.__dict__["forward"]
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def greedy_generate(
+    next_logits: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.Tensor],
+    new_cache: Callable[[], Any],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    max_length: int,
+    eos_token_ids: Sequence[int] = (),
+    pad_token_id: int | None = None,
+    stopping_criteria=None,
+) -> torch.Tensor:
+    """Greedy decoding with a KV cache, as ``generate(do_sample=False)`` does it.
+
+    ``next_logits(step_ids, attention_mask, position_ids, cache) -> (B, V)`` gives the
+    last-position logits. Positions follow generate's rule for left padding:
+    ``cumsum(mask) - 1``, with 1 on padding. Rows that emitted an end-of-sequence token
+    continue with ``pad_token_id``, like generate.
+    """
+    batch = input_ids.shape[0]
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(input_ids.device).long()
+    sequences = input_ids
+    cache = new_cache()
+    unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
+    eos = torch.tensor(list(eos_token_ids), device=input_ids.device, dtype=torch.long)
+    step_ids = input_ids
+    while sequences.shape[1] < max_length:
+        positions = mask.cumsum(-1) - 1
+        positions = positions.masked_fill(mask == 0, 1)[:, -step_ids.shape[1] :]
+        logits = next_logits(step_ids, mask, positions, cache)
+        next_tokens = logits.argmax(dim=-1)
+        if pad_token_id is not None and eos.numel():
+            next_tokens = torch.where(unfinished, next_tokens, torch.full_like(next_tokens, pad_token_id))
+        sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+        mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=-1)
+        if eos.numel():
+            unfinished &= ~torch.isin(next_tokens, eos)
+        if stopping_criteria is not None:
+            unfinished &= ~stopping_criteria(sequences, None)
+        if not unfinished.any():
+            break
+        step_ids = next_tokens[:, None]
+    return sequences
+
+
+def eos_ids(model: nn.Module) -> list[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+
+# ----------------------------------------------------------------------------- lm-eval
+
+
+class RightPaddingLengthsMixin:
+    """Recover each row's length in HFLM's right-padded ``loglikelihood`` batches.
+
+    HFLM pads those batches with token 0 on the right and calls the model with no
+    attention mask. A causal model does not care, but a baseline that looks at each
+    sample's *last* token (Ms-PoE's head statistic) does. We record every input row
+    HFLM will build, then match each padded row against them: the longest recorded
+    row that it starts with, followed only by padding, is that row's real content.
+    """
+
+    _expected_rows: dict[int, set[tuple[int, ...]]] | None = None
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+        expected: dict[int, set[tuple[int, ...]]] = {}
+        for _, context_enc, continuation_enc in requests:
+            row = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1) :][:-1]
+            expected.setdefault(len(row), set()).add(tuple(row))
+        self._expected_rows = expected
+        try:
+            return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+        finally:
+            self._expected_rows = None
+
+    def _last_real_index(self, inps: torch.Tensor) -> torch.Tensor | None:
+        """Index of each row's last real token, or ``None`` when the rows are not padded loglikelihood inputs."""
+        expected = self._expected_rows
+        if not expected:
+            return None
+        width = inps.shape[1]
+        lengths = sorted((n for n in expected if n <= width), reverse=True)
+        rows = inps.tolist()
+        last = []
+        for row in rows:
+            found = width
+            for n in lengths:
+                if all(t == 0 for t in row[n:]) and tuple(row[:n]) in expected[n]:
+                    found = n
+                    break
+            last.append(found - 1)
+        return torch.tensor(last, dtype=torch.long, device=inps.device)

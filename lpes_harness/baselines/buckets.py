@@ -1,0 +1,190 @@
+"""``buckets_hf``: Attention Buckets (Chen et al., 2023) on lm-eval's HFLM.
+
+    lm_eval --model buckets_hf --model_args "bases=1.0;1.3;1.6;1.9;2.2;2.5;2.8" --tasks mdqa
+
+The model runs K times in parallel, each copy with its own RoPE base (all layers), batched
+together along the batch dimension (copy k holds rows ``k*B .. k*B+B-1``), so each copy
+keeps its own KV cache inside one cache object. At every step the K last-token logit
+vectors are merged with weights ``softmax_k(max_vocab logits_k)``: the copy whose top
+token is most confident counts most (the authors' ``base_mean`` path, a weighted sum of
+raw logits).
+
+- ``bases`` are given *relative to the model's theta* (``1.3`` means ``1.3 * theta``); the
+  default is the set of the authors' RAG experiments, ``[10000, 13000, ..., 28000]`` for
+  Llama 2's ``theta = 10000``, i.e. ``1.0;1.3;1.6;1.9;2.2;2.5;2.8``. ``absolute_bases=true``
+  takes the numbers as bases as they are.
+- ``loglikelihood`` merges the logits the same way at every position (each position is
+  the "last token" of its prefix).
+- Generation is greedy, with its own decoding loop: the K copies must share one merged
+  token per step, which ``generate()`` cannot express. Sampling arguments are refused.
+- Only plain RoPE (``rope_type: default``) has a base to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils_hf import stop_sequences_criteria
+from torch import nn
+
+from lpes_harness import rope
+from lpes_harness.baselines import _common
+from lpes_harness.baselines._common import BaselineError
+from lpes_harness.models import resolve_pretrained
+
+# The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
+DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
+
+
+@dataclass
+class _BucketsState:
+    bases: list[float]
+    inv_freq: torch.Tensor  # (K, D/2)
+    recorder: _common.PositionRecorder
+
+
+_STATE_ATTR = "_buckets_state"
+
+
+def resolve_bases(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> list[float]:
+    relative = DEFAULT_RELATIVE_BASES if bases is None else _common.parse_float_list("bases", bases)
+    theta = _common.rope_theta(model)
+    return [float(b) for b in relative] if absolute_bases else [theta * float(b) for b in relative]
+
+
+def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> nn.Module:
+    """Make row block k of every batch use RoPE base ``bases[k]``. Inputs must be repeated K times."""
+    if getattr(model, _STATE_ATTR, None) is not None:
+        raise BaselineError("Attention Buckets is already installed on this model; call buckets.remove(model) first")
+    parts = rope.find_rope_parts(model)
+    theta = _common.rope_theta(model)
+    absolute = resolve_bases(model, bases, absolute_bases)
+    inv_freq = torch.stack([_common.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
+    state = _BucketsState(absolute, inv_freq, recorder=None)  # type: ignore[arg-type]
+
+    def per_block_rope(x, position_ids, output):
+        n_bases, batch = len(state.bases), x.shape[0]
+        if batch % n_bases:
+            raise RuntimeError(
+                f"Attention Buckets: the batch ({batch} rows) is not {n_bases} copies of the input; "
+                "call the model through buckets.forward_logits"
+            )
+        position_ids = position_ids.expand(batch, -1)  # (1, T) when the model made them itself
+        rows = state.inv_freq.to(position_ids.device).repeat_interleave(batch // n_bases, dim=0)
+        return _common.cos_sin(position_ids, rows[:, None, :], parts.rotary_emb.attention_scaling, x.dtype)
+
+    state.recorder = _common.PositionRecorder(parts.rotary_emb, replace=per_block_rope)
+    setattr(model, _STATE_ATTR, state)
+    return model
+
+
+def remove(model: nn.Module) -> nn.Module:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is not None:
+        state.recorder.remove()
+        delattr(model, _STATE_ATTR)
+    return model
+
+
+def get_state(model: nn.Module) -> _BucketsState:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        raise BaselineError("Attention Buckets is not installed on this model; call buckets.install(model) first")
+    return state
+
+
+def merge_logits(logits: torch.Tensor) -> torch.Tensor:
+    """``(K, ..., V)`` -> ``(..., V)``: sum_k softmax_k(max_v logits_k) * logits_k."""
+    weights = torch.softmax(logits.float().max(dim=-1).values, dim=0)  # (K, ...)
+    return (weights[..., None] * logits.float()).sum(dim=0)
+
+
+def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_ids=None, past_key_values=None, last_only=False):
+    """One forward of the K copies; returns merged logits ``(B, T, V)`` (``(B, V)`` with ``last_only``)."""
+    n_bases = len(get_state(model).bases)
+    repeat = lambda t: None if t is None else t.repeat(n_bases, *([1] * (t.dim() - 1)))  # noqa: E731
+    out = model(
+        input_ids=repeat(input_ids),
+        attention_mask=repeat(attention_mask),
+        position_ids=repeat(position_ids),
+        past_key_values=past_key_values,
+        use_cache=past_key_values is not None,
+        logits_to_keep=1 if last_only else 0,
+    )
+    logits = out.logits.reshape(n_bases, input_ids.shape[0], *out.logits.shape[1:])
+    merged = merge_logits(logits)
+    return merged[:, -1] if last_only else merged
+
+
+def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, max_new_tokens=None, stopping_criteria=None, pad_token_id=None):
+    """Greedy decoding of the merged K copies, with one KV cache holding all of them."""
+    from transformers import DynamicCache
+
+    if max_length is None:
+        max_length = input_ids.shape[1] + (max_new_tokens or 20)
+
+    def next_logits(step_ids, mask, positions, cache):
+        return forward_logits(model, step_ids, mask, positions, cache, last_only=True)
+
+    return _common.greedy_generate(
+        next_logits,
+        lambda: DynamicCache(config=model.config),
+        input_ids,
+        attention_mask,
+        max_length,
+        eos_token_ids=_common.eos_ids(model),
+        pad_token_id=pad_token_id,
+        stopping_criteria=stopping_criteria,
+    )
+
+
+@register_model("buckets_hf")
+class BucketsLM(HFLM):
+    """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets)."""
+
+    def __init__(
+        self,
+        pretrained: Any = None,
+        bases: Any = None,
+        absolute_bases: Any = False,
+        gguf_file: str | None = None,
+        device: str | None = None,
+        **kwargs,
+    ) -> None:
+        if isinstance(pretrained, str) or pretrained is None:
+            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
+        if bases is not None:
+            _common.parse_float_list("bases", bases)  # before the (slow) model load
+        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device, **kwargs)
+        install(self.model, bases, absolute_bases)
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        with torch.no_grad():
+            return forward_logits(self.model, inps)
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
+            raise BaselineError(
+                f"buckets_hf decodes greedily; got do_sample={generation_kwargs.get('do_sample')!r}, "
+                f"num_beams={generation_kwargs.get('num_beams', 1)!r}. Accepted: do_sample=false, num_beams=1"
+            )
+        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        with torch.no_grad():
+            return generate(
+                self.model,
+                context,
+                attention_mask=generation_kwargs.get("attention_mask"),
+                max_length=max_length,
+                stopping_criteria=criteria,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        info["buckets_bases"] = get_state(self.model).bases
+        return info

@@ -1,0 +1,440 @@
+"""``moice_hf``: Mixture of In-Context Experts (MoICE; Lin et al., 2024) on lm-eval's HFLM.
+
+    python -m lpes_harness.baselines.train_moice --out results/moice/smollm2.gates.pt
+    lm_eval --model moice_hf --model_args "gates=results/moice/smollm2.gates.pt" --tasks kv_retrieval
+
+In every layer, each attention head computes its attention once per RoPE base in a set of
+E bases (the "in-context experts"), and sums the E outputs with weights from a router.
+The router is per layer, shared by the heads, and fed each head's query (rotated with the
+first base, as the reference does): ``gate_2(act(gate_1(q)) * gate_3(q))``, softmax over
+the E bases, the top-k kept and renormalised. Only the routers are trained; the model is
+frozen.
+
+Facts taken from the authors' code (p1nksnow/MoICE) and choices made here:
+
+- Default bases: ``[10000, 17500, 18000, 19000, 20000, 22500, 25000]`` for Llama 2
+  (``theta = 10000``), so relative to theta ``1.0;1.75;1.8;1.9;2.0;2.25;2.5``. Default
+  ``top_k`` = 7 (all bases), as the authors' training script.
+- Training loss: LM loss + 0.3 x load-balancing loss (the authors' coefficient). Their
+  balancing loss counts expert assignments with the same ``top_k`` as routing; with
+  ``top_k = E`` every expert is always selected and that loss is a constant (no gradient).
+  Ours counts each (token, head)'s *top-1* base, Switch-Transformer style, so the term
+  does balance the router. Padding is left out of both losses.
+- KV cache: the reference caches pre-RoPE keys and re-rotates the whole cache E times per
+  step. We cache the E rotated keys ``(B, E * kv_heads, T, D)``: same result, E times the
+  key memory, no per-step re-rotation.
+- Positions come from the model's ``position_ids`` (left padding honoured); the reference
+  assumes unpadded rows.
+- Without ``gates=`` the routers start from the reference's initialisation (PyTorch's
+  ``nn.Linear`` default) under a fixed seed, untrained; a warning says so.
+- Only plain RoPE (``rope_type: default``) has a base to change.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from torch import nn
+
+from lpes_harness import rope
+from lpes_harness.baselines import _common
+from lpes_harness.baselines._common import BaselineError
+from lpes_harness.models import resolve_pretrained
+
+# The authors' base set (training/train.sh) relative to Llama 2's theta = 10000.
+DEFAULT_RELATIVE_BASES = (1.0, 1.75, 1.8, 1.9, 2.0, 2.25, 2.5)
+GATES_FORMAT = "lpes-moice-gates/1"
+AUX_LOSS_COEF = 0.3
+ROUTER_ATTR = "moice_router"
+
+
+class MoICERouter(nn.Module):
+    """Per-layer router over the RoPE bases, applied to each head's query (head_dim -> E)."""
+
+    def __init__(self, head_dim: int, num_experts: int, hidden_act: str = "silu"):
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        self.gate_1 = nn.Linear(head_dim, num_experts, bias=False)
+        self.gate_3 = nn.Linear(head_dim, num_experts, bias=False)
+        self.gate_2 = nn.Linear(num_experts, num_experts, bias=False)
+        self.act_fn = ACT2FN[hidden_act]
+
+    def forward(self, query: torch.Tensor) -> torch.Tensor:
+        return self.gate_2(self.act_fn(self.gate_1(query)) * self.gate_3(query))
+
+
+@dataclass
+class _MoICEState:
+    parts: rope.RoPEParts
+    relative_bases: list[float]
+    bases: list[float]
+    top_k: int
+    inv_freq: torch.Tensor  # (E, D/2)
+    recorder: _common.PositionRecorder
+    # When set (training), each layer appends its router logits (B, H, T, E) here.
+    router_logits: list[torch.Tensor] | None = None
+    trained_from: str | None = None
+
+
+_STATE_ATTR = "_moice_state"
+
+
+def routing_weights(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Softmax over the bases, keep the top-k, renormalise (the reference's order of operations)."""
+    weights = torch.softmax(router_logits.float(), dim=-1)
+    if top_k < weights.shape[-1]:
+        kept = torch.topk(router_logits, top_k, dim=-1).indices
+        mask = torch.zeros_like(weights, dtype=torch.bool).scatter_(-1, kept, True)
+        weights = torch.where(mask, weights, torch.zeros_like(weights))
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights
+
+
+def _moice_forward(state: _MoICEState):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        batch, q_len = hidden_states.shape[:2]
+        query, key, value = _common.projections(self, hidden_states)
+        n_experts, n_kv = len(state.bases), key.shape[1]
+
+        position_ids = state.recorder.position_ids.to(hidden_states.device).expand(batch, -1)
+        inv_freq = state.inv_freq.to(hidden_states.device)[:, None, None, :]  # (E, 1, 1, D/2)
+        cos, sin = _common.cos_sin(position_ids[None], inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
+        cos, sin = cos[:, :, None], sin[:, :, None]  # (E, B, 1, T, D): broadcast over heads
+        queries = _common.apply_rope(query[None], cos, sin)  # (E, B, H, T, D)
+        keys = _common.apply_rope(key[None], cos, sin)  # (E, B, Hkv, T, D)
+
+        router = getattr(self, ROUTER_ATTR)
+        logits = router(queries[0].to(router.gate_1.weight.dtype))  # (B, H, T, E)
+        if state.router_logits is not None:
+            state.router_logits.append(logits)
+        weights = routing_weights(logits, state.top_k).to(query.dtype)
+
+        # Cache all E rotated keys of a kv head side by side: (B, E * Hkv, T, D).
+        keys = keys.transpose(0, 1).reshape(batch, n_experts * n_kv, q_len, -1)
+        if past_key_values is not None:
+            keys, value = past_key_values.update(keys, value, self.layer_idx)
+        kv_len = keys.shape[2]
+        keys = keys.view(batch, n_experts, n_kv, kv_len, -1).transpose(0, 1).reshape(n_experts * batch, n_kv, kv_len, -1)
+        values = value[None].expand(n_experts, *value.shape).reshape(n_experts * batch, n_kv, kv_len, -1)
+        queries = queries.reshape(n_experts * batch, *query.shape[1:])
+        mask = attention_mask
+        if mask is not None and mask.shape[0] != 1:
+            mask = mask.repeat(n_experts, *([1] * (mask.dim() - 1)))  # expert-major rows, like the queries
+        outputs = _common.attend(self, queries, keys, values, mask, **kwargs)  # (E*B, T, H, D)
+        outputs = outputs.view(n_experts, batch, q_len, *outputs.shape[2:])
+        mixed = (weights.permute(3, 0, 2, 1)[..., None] * outputs).sum(dim=0)  # (B, T, H, D)
+        return self.o_proj(mixed.reshape(batch, q_len, -1).contiguous()), None
+
+    return forward
+
+
+def install(
+    model: nn.Module,
+    bases: Any = None,
+    absolute_bases: bool = False,
+    top_k: int | None = None,
+    gates: str | None = None,
+    seed: int = 0,
+) -> nn.Module:
+    """Add a router to every layer and mix E RoPE bases per head (MoICE). Returns the same model."""
+    if getattr(model, _STATE_ATTR, None) is not None:
+        raise BaselineError("MoICE is already installed on this model; call moice.remove(model) first")
+    _common.check_attention_implementation(model, "moice_hf")
+    parts = rope.find_rope_parts(model)
+    theta = _common.rope_theta(model)
+    saved = read_gates(gates) if gates else None
+    if saved is not None and bases is None:
+        relative = list(saved["relative_bases"])
+    elif bases is not None:
+        relative = _common.parse_float_list("bases", bases)
+    else:
+        relative = list(DEFAULT_RELATIVE_BASES)
+    absolute = relative if absolute_bases else [theta * b for b in relative]
+    if absolute_bases:
+        relative = [b / theta for b in absolute]
+    n_experts = len(absolute)
+    if top_k is None:
+        top_k = saved["top_k"] if saved is not None else n_experts
+    top_k = int(top_k)
+    if not 1 <= top_k <= n_experts:
+        raise BaselineError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
+    inv_freq = torch.stack([_common.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
+    state = _MoICEState(parts, relative, absolute, top_k, inv_freq, _common.PositionRecorder(parts.rotary_emb))
+
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)  # reproducible untrained routers, without touching the caller's RNG
+    try:
+        for layer in parts.layers:
+            attn = layer.self_attn
+            router = MoICERouter(attn.head_dim, n_experts, getattr(model.config, "hidden_act", "silu"))
+            router.to(device=attn.q_proj.weight.device, dtype=attn.q_proj.weight.dtype)
+            attn.add_module(ROUTER_ATTR, router)
+            _common.replace_attention_forward(attn, _moice_forward(state))
+    finally:
+        torch.random.set_rng_state(generator_state)
+    setattr(model, _STATE_ATTR, state)
+    if saved is not None:
+        load_gates_into(model, saved, gates)
+        state.trained_from = str(gates)
+    else:
+        warnings.warn(
+            "moice_hf without gates=: the routers are untrained (seeded random init). Train them with "
+            "`python -m lpes_harness.baselines.train_moice --out <file>` and pass gates=<file>",
+            stacklevel=2,
+        )
+    return model
+
+
+def remove(model: nn.Module) -> nn.Module:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        return model
+    for layer in state.parts.layers:
+        _common.restore_attention_forward(layer.self_attn)
+        if hasattr(layer.self_attn, ROUTER_ATTR):
+            delattr(layer.self_attn, ROUTER_ATTR)
+    state.recorder.remove()
+    delattr(model, _STATE_ATTR)
+    return model
+
+
+def get_state(model: nn.Module) -> _MoICEState:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        raise BaselineError("MoICE is not installed on this model; call moice.install(model) first")
+    return state
+
+
+def routers(model: nn.Module) -> list[MoICERouter]:
+    return [getattr(layer.self_attn, ROUTER_ATTR) for layer in get_state(model).parts.layers]
+
+
+# ----------------------------------------------------------------------------- gates files
+
+
+def gates_payload(model: nn.Module, **extra) -> dict:
+    state = get_state(model)
+    first = state.parts.layers[0].self_attn
+    return {
+        "format": GATES_FORMAT,
+        "relative_bases": list(state.relative_bases),
+        "top_k": state.top_k,
+        "num_layers": len(state.parts.layers),
+        "head_dim": first.head_dim,
+        "model_type": getattr(model.config, "model_type", None),
+        "gates": [{k: v.detach().cpu().clone() for k, v in r.state_dict().items()} for r in routers(model)],
+        **extra,
+    }
+
+
+def save_gates(model: nn.Module, path: str, **extra) -> str:
+    """Write the routers to ``path`` atomically (a temporary file, then a rename)."""
+    payload = gates_payload(model, **extra)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".moice-gates-", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(payload, tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a results file is meant to be shared
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def read_gates(path: str) -> dict:
+    if not os.path.isfile(str(path)):
+        raise BaselineError(f"gates file not found: {path} (train one with `python -m lpes_harness.baselines.train_moice --out {path}`)")
+    try:
+        payload = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file
+        raise BaselineError(f"gates file {path} could not be read as a MoICE gates file: {err}") from err
+    if not isinstance(payload, dict) or payload.get("format") != GATES_FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise BaselineError(f"gates file {path} has format {found!r}; expected {GATES_FORMAT!r}")
+    return payload
+
+
+def load_gates_into(model: nn.Module, payload: dict, where: str = "gates") -> None:
+    state = get_state(model)
+    first = state.parts.layers[0].self_attn
+    n_layers = len(state.parts.layers)
+    if payload["num_layers"] != n_layers or payload["head_dim"] != first.head_dim:
+        raise BaselineError(
+            f"{where} was trained for {payload['num_layers']} layers with head_dim {payload['head_dim']}; "
+            f"this model has {n_layers} layers with head_dim {first.head_dim}"
+        )
+    if len(payload["relative_bases"]) != len(state.bases):
+        raise BaselineError(
+            f"{where} routes over {len(payload['relative_bases'])} bases but bases= gives {len(state.bases)}"
+        )
+    for router, weights in zip(routers(model), payload["gates"]):
+        router.load_state_dict(weights)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def balance_loss(router_logits: list[torch.Tensor], valid: torch.Tensor | None = None) -> torch.Tensor:
+    """E * sum_e f_e * P_e over all layers, heads and real tokens.
+
+    ``f_e``: share of (token, head) pairs whose top base is e; ``P_e``: mean router
+    probability of e. Minimal (1) when both are uniform.
+    """
+    logits = torch.stack(router_logits)  # (L, B, H, T, E)
+    n_experts = logits.shape[-1]
+    probs = torch.softmax(logits.float(), dim=-1)
+    top1 = torch.nn.functional.one_hot(probs.argmax(-1), n_experts).float()
+    if valid is None:
+        valid = torch.ones(logits.shape[1], logits.shape[3], device=logits.device)
+    weight = valid.float()[None, :, None, :, None]  # (1, B, 1, T, 1)
+    total = (weight.expand_as(probs[..., :1])).sum()
+    f = (top1 * weight).sum(dim=(0, 1, 2, 3)) / total
+    p = (probs * weight).sum(dim=(0, 1, 2, 3)) / total
+    return n_experts * (f * p).sum()
+
+
+SUBJECTS = ["red box", "blue crate", "old chest", "glass jar", "iron safe", "paper bag", "wooden case", "silver tin",
+            "green basket", "black trunk", "small drawer", "tall cabinet"]
+PLACES = ["Lisbon", "Oslo", "Quito", "Nairobi", "Hanoi", "Lima", "Perth", "Tunis", "Riga", "Dakar", "Sapporo", "Bergen"]
+OBJECTS = ["copper coins", "letters", "maps", "seeds", "keys", "stamps", "buttons", "shells", "marbles", "candles"]
+FILLER = [
+    "The morning was quiet and the streets were still wet from the night rain.",
+    "A clerk wrote every delivery into a ledger with careful handwriting.",
+    "Nobody remembered who had first suggested keeping such detailed records.",
+    "The inventory was checked twice a year by two different people.",
+    "Some of the shelves had been repainted, others still showed their original colour.",
+    "Visitors often asked about the building, which was older than the town hall.",
+    "The owner preferred short notes to long reports.",
+    "Every label was written in capital letters so that it could be read from afar.",
+]
+
+
+def synthetic_corpus(num_documents: int = 200, seed: int = 0) -> list[str]:
+    """Documents that reward reading far back: facts stated early, asked about at the end.
+
+    Each document lists facts ("In Oslo, the red box holds 42 maps.") among filler
+    sentences, then asks about some of them, in random order, so the answer's source sits
+    anywhere in the context. Written for this project; no external data.
+    """
+    rng = random.Random(seed)
+    documents = []
+    for _ in range(num_documents):
+        facts = []
+        for _ in range(rng.randint(8, 16)):
+            place, subject, obj = rng.choice(PLACES), rng.choice(SUBJECTS), rng.choice(OBJECTS)
+            facts.append((place, subject, obj, rng.randint(2, 999)))
+        sentences = []
+        for place, subject, obj, count in facts:
+            sentences.extend(rng.sample(FILLER, rng.randint(1, 3)))
+            sentences.append(f"In {place}, the {subject} holds {count} {obj}.")
+        questions = []
+        for place, subject, obj, count in rng.sample(facts, min(4, len(facts))):
+            questions.append(f"Question: How many {obj} does the {subject} in {place} hold? Answer: {count}.")
+        documents.append(" ".join(sentences) + "\n" + "\n".join(questions))
+    return documents
+
+
+def token_stream(tokenizer, documents: list[str], seq_len: int) -> list[torch.Tensor]:
+    """Concatenate the documents (separated by EOS) and cut them into ``seq_len`` chunks."""
+    ids: list[int] = []
+    eos = tokenizer.eos_token_id
+    for document in documents:
+        ids.extend(tokenizer(document, add_special_tokens=False)["input_ids"])
+        if eos is not None:
+            ids.append(eos)
+    return [torch.tensor(ids[i : i + seq_len]) for i in range(0, len(ids) - seq_len + 1, seq_len)]
+
+
+def train_gates(
+    model: nn.Module,
+    chunks: list[torch.Tensor],
+    steps: int,
+    lr: float = 1e-3,
+    aux_coef: float = AUX_LOSS_COEF,
+    batch_size: int = 1,
+    seed: int = 0,
+    log=print,
+) -> list[dict]:
+    """Train only the routers: LM loss + ``aux_coef`` x balancing loss. Returns the loss history."""
+    state = get_state(model)
+    if not chunks:
+        raise BaselineError("no training chunks: the corpus is shorter than one sequence; lower --seq-len")
+    for param in model.parameters():
+        param.requires_grad_(False)
+    params = [p for r in routers(model) for p in r.parameters()]
+    for param in params:
+        param.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    device = next(model.parameters()).device
+    history = []
+    model.train(False)  # no dropout: only the routers learn
+    for step in range(steps):
+        batch = torch.stack([rng.choice(chunks) for _ in range(batch_size)]).to(device)
+        state.router_logits = []
+        try:
+            out = model(input_ids=batch, labels=batch, use_cache=False)
+            aux = balance_loss(state.router_logits)
+        finally:
+            state.router_logits = None
+        loss = out.loss + aux_coef * aux
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        lm_loss, aux_loss = out.loss.detach().item(), aux.detach().item()
+        history.append({"step": step + 1, "lm_loss": lm_loss, "balance_loss": aux_loss})
+        log(f"step {step + 1}/{steps}  lm_loss {lm_loss:.4f}  balance_loss {aux_loss:.4f}")
+    for param in params:
+        param.requires_grad_(False)
+    return history
+
+
+@register_model("moice_hf")
+class MoICELM(HFLM):
+    """HFLM whose heads mix E RoPE bases with a trained per-layer router (MoICE)."""
+
+    def __init__(
+        self,
+        pretrained: Any = None,
+        gates: str | None = None,
+        bases: Any = None,
+        absolute_bases: Any = False,
+        top_k: Any = None,
+        gguf_file: str | None = None,
+        device: str | None = None,
+        **kwargs,
+    ) -> None:
+        if isinstance(pretrained, str) or pretrained is None:
+            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        # The cheap checks first: the model load is slow.
+        absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
+        if bases is not None:
+            _common.parse_float_list("bases", bases)
+        if gates is not None:
+            read_gates(gates)
+        if top_k is not None:
+            try:
+                top_k = int(top_k)
+            except ValueError:
+                raise BaselineError(f"top_k={top_k!r} is not a whole number") from None
+        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device, **kwargs)
+        install(self.model, bases, absolute_bases, top_k, gates)
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        state = get_state(self.model)
+        info["moice"] = {"bases": state.bases, "top_k": state.top_k, "gates": state.trained_from}
+        return info
+

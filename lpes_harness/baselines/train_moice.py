@@ -1,0 +1,81 @@
+"""Train MoICE routers for a model and save them as a gates file.
+
+    python -m lpes_harness.baselines.train_moice --out results/moice/smollm2.gates.pt
+
+Only the routers learn (LM loss + 0.3 x balancing loss) on a corpus generated in code
+(:func:`lpes_harness.baselines.moice.synthetic_corpus`). On the bundled SmolLM2 and two
+CPU cores the defaults take a few minutes. Then:
+
+    lm_eval --model moice_hf --model_args gates=results/moice/smollm2.gates.pt ...
+
+(A module of its own so that ``python -m`` does not register ``moice_hf`` twice.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+from lpes_harness.baselines import moice
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lpes_harness.baselines.train_moice",
+        description="Train MoICE routers (only the routers) on a small generated corpus and save them.",
+    )
+    train = parser
+    train.add_argument("--out", required=True, help="where to write the gates file (e.g. results/moice/smollm2.gates.pt)")
+    train.add_argument("--pretrained", default=None, help="model (default: the bundled SmolLM2 GGUF)")
+    train.add_argument("--gguf-file", default=None)
+    train.add_argument("--bases", default=None, help="relative to theta, ';'-separated (default: the authors' set)")
+    train.add_argument("--top-k", type=int, default=None)
+    train.add_argument("--steps", type=int, default=40)
+    train.add_argument("--seq-len", type=int, default=512)
+    train.add_argument("--batch-size", type=int, default=1)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--aux-coef", type=float, default=moice.AUX_LOSS_COEF)
+    train.add_argument("--documents", type=int, default=200)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+
+    from lpes_harness.models import load_causal_lm
+
+    if args.steps < 1 or args.seq_len < 8:
+        parser.error(f"--steps {args.steps} / --seq-len {args.seq_len}: need steps >= 1 and seq-len >= 8")
+    started = time.time()
+    model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, device=args.device, attn_implementation="sdpa")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "untrained routers": we are about to train them
+        moice.install(model, bases=args.bases, top_k=args.top_k, seed=args.seed)
+    chunks = moice.token_stream(tokenizer, moice.synthetic_corpus(args.documents, args.seed), args.seq_len)
+    print(f"corpus: {len(chunks)} chunks of {args.seq_len} tokens; training {args.steps} steps", file=sys.stderr)
+    history = moice.train_gates(
+        model, chunks, args.steps, lr=args.lr, aux_coef=args.aux_coef, batch_size=args.batch_size, seed=args.seed,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    moice.save_gates(
+        model,
+        args.out,
+        training={
+            "pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
+            "steps": args.steps,
+            "seq_len": args.seq_len,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "aux_coef": args.aux_coef,
+            "documents": args.documents,
+            "seed": args.seed,
+            "seconds": round(time.time() - started, 1),
+            "history": history,
+        },
+    )
+    print(f"wrote {args.out} ({time.time() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,481 @@
+"""``lpes-report``: lm-eval results JSON files (+ a search's ``history.jsonl``) -> ``report.md`` and PNGs.
+
+    python -m lpes_harness.report vanilla=runs/vanilla lpes=runs/lpes --history search/history.jsonl --out results/
+
+Each positional argument is ``[METHOD=]PATH``: a results JSON written by ``lm_eval
+--output_path`` or a folder searched for ``results*.json``. Several files of one method
+(e.g. one per suite) are merged. Without ``METHOD=`` the method is the given folder's name, or
+the file's name.
+
+Written into ``--out``:
+
+- ``report.md``: paper-style tables (methods x tasks, in percent, best value in bold):
+  position tasks by gold position, MMLU / C-Eval by category, L-Eval, ZeroSCROLLS (summaries
+  scored by the geometric mean of ROUGE-1/2/L, as ZeroSCROLLS does; single-reference F1 marked
+  with a dagger), and every other task's metrics;
+- ``position_<task>.png``: accuracy by gold position, one line per method;
+- ``scales.png``: each method's layer scales (from ``config.lpes_scales`` in its results, the
+  search's best individual, or ``--scales NAME=FILE``);
+- ``search.png``: best and mean fitness and smoothness by generation (``--history``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
+LEVAL_TASKS = ("leval_coursera", "leval_quality", "leval_tpo", "leval_sci_fi")
+ZEROSCROLLS_TASKS = (
+    "zeroscrolls_gov_report",
+    "zeroscrolls_summ_screen_fd",
+    "zeroscrolls_qmsum",
+    "zeroscrolls_squality",
+    "zeroscrolls_qasper",
+    "zeroscrolls_narrative_qa",
+    "zeroscrolls_quality",
+)
+CATEGORIES = ("stem", "humanities", "social_sciences", "other")
+# Metrics that are not scores: left out of the tables.
+SKIPPED_METRICS = ("_stderr", "alias", "samples")
+
+
+class ReportError(ValueError):
+    """Bad input to the report: the message names the argument and what is accepted."""
+
+
+# ---------------------------------------------------------------- reading
+
+
+def parse_source(text: str) -> tuple[str | None, Path]:
+    method, sep, path = text.partition("=")
+    if not sep or os.sep in method or not method:
+        return None, Path(text)
+    return method, Path(path)
+
+
+def result_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("results*.json") if p.is_file())
+        if files:
+            return files
+        raise ReportError(f"{str(path)!r} holds no results*.json file (lm_eval --output_path writes them)")
+    raise ReportError(f"{str(path)!r} does not exist; give a results JSON file or a folder of them")
+
+
+def read_results(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        raise ReportError(f"{path}: no 'results' object; is this an lm-eval results file?")
+    return data
+
+
+class Method:
+    """One method's scores, merged from its results files: task -> metric -> value."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.scores: dict[str, dict[str, float]] = {}
+        self.task_metadata: dict[str, dict] = {}
+        self.scales: list[float] | None = None
+
+    def add(self, data: Mapping[str, Any]) -> None:
+        for task, entry in data["results"].items():
+            metrics = self.scores.setdefault(task, {})
+            for key, value in entry.items():
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or any(s in key for s in SKIPPED_METRICS):
+                    continue
+                metrics[key.split(",")[0]] = float(value)
+        for task, config in (data.get("configs") or {}).items():
+            self.task_metadata[task] = config.get("metadata") or {}
+        scales = (data.get("config") or {}).get("lpes_scales")
+        if scales:
+            self.scales = [float(s) for s in scales]
+
+    def get(self, task: str, metric: str) -> float | None:
+        return self.scores.get(task, {}).get(metric)
+
+
+def load_methods(sources: Sequence[str]) -> list[Method]:
+    methods: dict[str, Method] = {}
+    for source in sources:
+        name, path = parse_source(source)
+        for file in result_files(path):
+            method_name = name or (path.name if path.is_dir() else file.stem)
+            methods.setdefault(method_name, Method(method_name)).add(read_results(file))
+    if not methods:
+        raise ReportError("no results given; pass one or more [METHOD=]PATH arguments")
+    return list(methods.values())
+
+
+def read_history(path: str | os.PathLike) -> list[dict]:
+    """The search's history lines; unknown keys are kept, blank or cut-off last lines skipped."""
+    records = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # a search killed mid-write leaves a partial last line
+            raise ReportError(f"{path}:{number}: not a JSON line") from None
+        if "generation" not in record or "fitness" not in record:
+            raise ReportError(f"{path}:{number}: a history line needs 'generation' and 'fitness', got {sorted(record)}")
+        records.append(record)
+    if not records:
+        raise ReportError(f"{path}: no history lines")
+    return records
+
+
+def smoothness(scales: Sequence[float]) -> float:
+    from lpes_harness.curves import smoothness as curve_smoothness
+
+    return curve_smoothness(scales)
+
+
+def history_by_generation(records: Iterable[Mapping[str, Any]]) -> list[dict[str, float]]:
+    """Per generation: best and mean fitness, smoothness of the best and mean smoothness."""
+    generations: dict[int, list[Mapping[str, Any]]] = {}
+    for record in records:
+        generations.setdefault(int(record["generation"]), []).append(record)
+    rows = []
+    for generation in sorted(generations):
+        members = generations[generation]
+        best = max(members, key=lambda r: float(r["fitness"]))
+        smooth = [smoothness(r["scales"]) for r in members if len(r.get("scales") or []) >= 3]
+        rows.append(
+            {
+                "generation": generation,
+                "best_fitness": float(best["fitness"]),
+                "mean_fitness": sum(float(r["fitness"]) for r in members) / len(members),
+                "best_smoothness": smoothness(best["scales"]) if len(best.get("scales") or []) >= 3 else math.nan,
+                "mean_smoothness": sum(smooth) / len(smooth) if smooth else math.nan,
+            }
+        )
+    return rows
+
+
+def best_individual(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    return max(records, key=lambda r: float(r["fitness"]))
+
+
+# ---------------------------------------------------------------- tables
+
+
+def percent(value: float | None) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[float | None]]], bold_best: bool = True) -> str:
+    """Methods as rows; the best (highest) value of each column in bold, unless all are equal."""
+    best = []
+    for column in range(len(header) - 1):
+        values = [r[1][column] for r in rows if r[1][column] is not None and not math.isnan(r[1][column])]
+        # Bold only a winner: nothing when every method scores the same.
+        best.append(max(values) if bold_best and len(set(values)) > 1 else None)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, values in rows:
+        cells = []
+        for column, value in enumerate(values):
+            text = percent(value)
+            cells.append(f"**{text}**" if best[column] is not None and value == best[column] else text)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def position_groups(methods: Sequence[Method]) -> dict[str, list[int]]:
+    """Position task -> its gold percents, found from ``<task>_pos<percent>`` subtasks."""
+    groups: dict[str, set[int]] = {}
+    for method in methods:
+        for task in method.scores:
+            match = POSITION_SUBTASK.match(task)
+            if match:
+                groups.setdefault(match["group"], set()).add(int(match["percent"]))
+    return {group: sorted(percents) for group, percents in sorted(groups.items())}
+
+
+def main_metric(method: Method, task: str) -> tuple[str, float] | None:
+    metrics = method.scores.get(task) or {}
+    for name in ("accuracy", "acc", "exact_match", "f1"):
+        if name in metrics:
+            return name, metrics[name]
+    if {"rouge1", "rouge2", "rougeL"} <= set(metrics):
+        return "rouge_gm", rouge_geometric_mean(metrics)
+    return next(iter(metrics.items()), None)
+
+
+def rouge_geometric_mean(metrics: Mapping[str, float]) -> float:
+    """ZeroSCROLLS' summary score: the geometric mean of ROUGE-1, -2 and -L."""
+    values = [max(metrics[k], 0.0) for k in ("rouge1", "rouge2", "rougeL")]
+    return (values[0] * values[1] * values[2]) ** (1 / 3)
+
+
+def position_section(methods: Sequence[Method], group: str, percents: Sequence[int]) -> str:
+    header = ["method", *[f"{p}%" for p in percents], "avg"]
+    rows = []
+    for method in methods:
+        values = [main_metric(method, f"{group}_pos{p}") for p in percents]
+        numbers = [None if v is None else v[1] for v in values]
+        present = [n for n in numbers if n is not None]
+        rows.append((method.name, [*numbers, sum(present) / len(present) if present else None]))
+    return f"### {group}: accuracy by gold position\n\n" + markdown_table(header, rows) + f"\n\n![{group}](position_{group}.png)\n"
+
+
+def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -> str | None:
+    if not any(suite in m.scores or any(t.startswith(f"{suite}_") for t in m.scores) for m in methods):
+        return None
+    header = ["method", title, *[c.replace("_", " ") for c in CATEGORIES]]
+    rows = []
+    for method in methods:
+        tasks = [suite, *[f"{suite}_{c}" for c in CATEGORIES]]
+        rows.append((method.name, [method.get(t, "acc") for t in tasks]))
+    return f"### {title} (acc, %)\n\n" + markdown_table(header, rows) + "\n"
+
+
+def leval_section(methods: Sequence[Method]) -> str | None:
+    if not any(any(t in m.scores for t in LEVAL_TASKS) for m in methods):
+        return None
+    header = ["method", "Coursera", "QuALITY", "TOEFL", "SFiction", "avg"]
+    rows = []
+    for method in methods:
+        values = [method.get(t, "exact_match") for t in LEVAL_TASKS]
+        present = [v for v in values if v is not None]
+        rows.append((method.name, [*values, sum(present) / len(present) if len(present) == len(values) else None]))
+    note = "Exact match in %, L-Eval's scoring (Coursera: 0.25 for a proper subset of the correct options; SFiction: mean of loyalty and fact)."
+    return "### L-Eval (closed-ended)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n"
+
+
+def zeroscrolls_section(methods: Sequence[Method]) -> str | None:
+    if not any(any(t in m.scores for t in ZEROSCROLLS_TASKS) for m in methods):
+        return None
+    single_reference = set()
+    for method in methods:
+        single_reference |= {t for t, meta in method.task_metadata.items() if meta.get("single_reference")}
+    names = []
+    for task in ZEROSCROLLS_TASKS:
+        short = task.removeprefix("zeroscrolls_")
+        names.append(short + ("†" if task in single_reference or short in ("qasper", "narrative_qa") else ""))
+    header = ["method", *names, "avg"]
+    rows = []
+    for method in methods:
+        values = [None if main_metric(method, t) is None else main_metric(method, t)[1] for t in ZEROSCROLLS_TASKS]
+        present = [v for v in values if v is not None]
+        rows.append((method.name, [*values, sum(present) / len(present) if len(present) == len(values) else None]))
+    note = (
+        "Summaries (gov_report, summ_screen_fd, qmsum, squality): geometric mean of ROUGE-1/2/L F1; "
+        "qasper, narrative_qa: token F1; quality: accuracy; all in %. "
+        "† single reference per question (the local files keep one): not comparable to the official multi-reference scores."
+    )
+    return "### ZeroSCROLLS (validation)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n"
+
+
+def covered_tasks(methods: Sequence[Method], groups: Mapping[str, Sequence[int]]) -> set[str]:
+    covered = set(LEVAL_TASKS) | set(ZEROSCROLLS_TASKS) | {"leval", "zeroscrolls"}
+    for group, percents in groups.items():
+        covered |= {group, *(f"{group}_pos{p}" for p in percents)}
+    for method in methods:
+        covered |= {t for t in method.scores if t.startswith(("mmlu_local", "ceval_local"))}
+    return covered
+
+
+def other_section(methods: Sequence[Method], covered: set[str]) -> str | None:
+    rows = []
+    for task in sorted({t for m in methods for t in m.scores} - covered):
+        for metric in sorted({k for m in methods for k in m.scores.get(task, {})}):
+            rows.append((f"{task} / {metric}", [m.get(task, metric) for m in methods]))
+    if not rows:
+        return None
+    header = ["task / metric", *[m.name for m in methods]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [f"| {name} | " + " | ".join(percent(v) for v in values) + " |" for name, values in rows]
+    return "### Other tasks (%)\n\n" + "\n".join(lines) + "\n"
+
+
+def search_section(rows: Sequence[Mapping[str, float]], best: Mapping[str, Any]) -> str:
+    lines = ["| generation | best fitness | mean fitness | best smoothness | mean smoothness |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(
+            f"| {row['generation']} | {row['best_fitness']:.4f} | {row['mean_fitness']:.4f} | "
+            f"{row['best_smoothness']:.4f} | {row['mean_smoothness']:.4f} |"
+        )
+    accuracy = best.get("accuracy") or {}
+    best_line = f"Best individual: generation {best['generation']}, fitness {float(best['fitness']):.4f}"
+    if accuracy:
+        best_line += ", accuracy " + ", ".join(f"{k} {percent(float(v))}" for k, v in accuracy.items())
+    if best.get("genome") is not None:
+        best_line += f", control points {best['genome']}"
+    return "### Search\n\n" + "\n".join(lines) + f"\n\n{best_line}.\n\n![search](search.png)\n"
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure, path: Path) -> None:
+    # Atomic: write next to the target, then rename.
+    handle, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    os.close(handle)
+    try:
+        figure.savefig(tmp, dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def plot_positions(methods: Sequence[Method], group: str, percents: Sequence[int], path: Path) -> None:
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for method in methods:
+        points = [(p, main_metric(method, f"{group}_pos{p}")) for p in percents]
+        points = [(p, 100 * v[1]) for p, v in points if v is not None]
+        if points:
+            axes.plot(*zip(*points), marker="o", label=method.name)
+    axes.set_xlabel("gold position (% of context)")
+    axes.set_ylabel("accuracy (%)")
+    axes.set_title(group)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_scales(curves: Mapping[str, Sequence[float]], path: Path) -> None:
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for name, scales in curves.items():
+        axes.plot(range(len(scales)), scales, marker=".", label=name)
+    axes.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    axes.set_xlabel("layer")
+    axes.set_ylabel("RoPE position scale")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def plot_search(rows: Sequence[Mapping[str, float]], path: Path) -> None:
+    plt = _pyplot()
+    figure, (fit_axes, smooth_axes) = plt.subplots(1, 2, figsize=(9, 3.5))
+    generations = [r["generation"] for r in rows]
+    fit_axes.plot(generations, [r["best_fitness"] for r in rows], marker="o", label="best")
+    fit_axes.plot(generations, [r["mean_fitness"] for r in rows], marker=".", label="mean")
+    fit_axes.set_xlabel("generation")
+    fit_axes.set_ylabel("fitness")
+    fit_axes.legend()
+    smooth_axes.plot(generations, [r["best_smoothness"] for r in rows], marker="o", label="best individual")
+    smooth_axes.plot(generations, [r["mean_smoothness"] for r in rows], marker=".", label="population mean")
+    smooth_axes.set_xlabel("generation")
+    smooth_axes.set_ylabel("smoothness (mean |2nd difference|)")
+    smooth_axes.legend()
+    for axes in (fit_axes, smooth_axes):
+        axes.grid(alpha=0.3)
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------- the report
+
+
+def read_scales_argument(text: str) -> tuple[str, list[float]]:
+    name, sep, path = text.partition("=")
+    if not sep:
+        raise ReportError(f"--scales {text!r}: expected NAME=FILE (a JSON list or a scales file)")
+    from lpes_harness.scales_file import read_scales_file
+
+    return name, [float(s) for s in read_scales_file(path)]
+
+
+def write_report(
+    sources: Sequence[str],
+    out: str | os.PathLike,
+    history: str | os.PathLike | None = None,
+    scales: Sequence[str] = (),
+    title: str = "LPES report",
+) -> Path:
+    """Build ``report.md`` and the PNGs in ``out``; returns the report's path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    methods = load_methods(sources)
+    sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
+
+    groups = position_groups(methods)
+    if groups:
+        sections.append("## Position bias\n")
+        for group, percents in groups.items():
+            sections.append(position_section(methods, group, percents))
+            plot_positions(methods, group, percents, out / f"position_{group}.png")
+
+    general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU"), multiple_choice_section(methods, "ceval_local", "C-Eval")) if s]
+    if general:
+        sections += ["## General ability (5-shot)\n", *general]
+    long_context = [s for s in (leval_section(methods), zeroscrolls_section(methods)) if s]
+    if long_context:
+        sections += ["## Long context\n", *long_context]
+    other = other_section(methods, covered_tasks(methods, groups))
+    if other:
+        sections.append(other)
+
+    curves = {m.name: m.scales for m in methods if m.scales and any(s != 1.0 for s in m.scales)}
+    if history is not None:
+        records = read_history(history)
+        rows = history_by_generation(records)
+        best = best_individual(records)
+        if best.get("scales"):
+            curves.setdefault("search best", [float(s) for s in best["scales"]])
+        sections.append(search_section(rows, best))
+        plot_search(rows, out / "search.png")
+    for text in scales:
+        name, values = read_scales_argument(text)
+        curves[name] = values
+    if curves:
+        plot_scales(curves, out / "scales.png")
+        sections.append("### Layer scales\n\n![scales](scales.png)\n")
+
+    report = out / "report.md"
+    tmp = report.with_name(report.name + ".tmp")
+    tmp.write_text("\n".join(sections), encoding="utf-8")
+    tmp.replace(report)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lpes-report", description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", help="[METHOD=]PATH: an lm-eval results JSON file or a folder of them")
+    parser.add_argument("--out", default="report", help="output folder (default: ./report)")
+    parser.add_argument("--history", default=None, help="a search's history.jsonl: fitness and smoothness by generation")
+    parser.add_argument("--scales", action="append", default=[], help="NAME=FILE: another scales curve to plot (repeatable)")
+    parser.add_argument("--title", default="LPES report")
+    args = parser.parse_args(argv)
+    try:
+        path = write_report(args.results, args.out, args.history, args.scales, args.title)
+    except (ReportError, OSError) as err:
+        parser.error(str(err))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,240 @@
+"""Observers of a search: checkpoint, history.jsonl, progress bars, plots.
+
+Each is a :class:`~lpes_harness.search.loop.Callback`; the loop calls their hooks and never
+their names. Whole files (checkpoint, plots, rewritten history) are written atomically: to a
+temporary file in the same folder, fsynced, then ``os.replace``-d over the target, so a
+kill leaves either the old file or the new one. ``history.jsonl`` is appended one line
+per individual in a single write; on resume it is cut back to the individuals the
+checkpoint covers, dropping any line written after the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from lpes_harness.search.loop import Callback, GeneticSearch
+
+# ------------------------------------------------------------------- atomic files
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make results unreadable to others
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=None, separators=(",", ":")) + "\n")
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by :class:`CheckpointCallback` (for ``GeneticSearch.load_state_dict``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no search checkpoint at {path}; nothing to resume")
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The complete JSON lines of a file (a torn last line, if any, is skipped)."""
+    records = []
+    if not os.path.exists(path):
+        return records
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+# -------------------------------------------------------------------- callbacks
+
+
+class CheckpointCallback(Callback):
+    """Saves ``search.state_dict()`` after every processed individual and every generation."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def on_individual(self, search: GeneticSearch, record: dict) -> None:
+        atomic_write_json(self.path, search.state_dict())
+
+    def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
+        atomic_write_json(self.path, search.state_dict())
+
+
+class HistoryCallback(Callback):
+    """Appends every individual to ``path`` (JSON lines), and each generation's statistics to
+    ``generations_path`` when given."""
+
+    def __init__(self, path: str | os.PathLike, generations_path: str | os.PathLike | None = None):
+        self.path = Path(path)
+        self.generations_path = Path(generations_path) if generations_path else None
+
+    def on_search_start(self, search: GeneticSearch) -> None:
+        if search.resumed:
+            keep = [r for r in read_jsonl(self.path) if r.get("index", -1) < search.replay_until]
+            keep_generations = []
+            if self.generations_path:
+                keep_generations = [
+                    r for r in read_jsonl(self.generations_path)
+                    if r.get("generation", 1 << 30) <= search.completed_generation
+                ]
+        else:
+            keep, keep_generations = [], []
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
+        if self.generations_path:
+            atomic_write_text(self.generations_path, "".join(json.dumps(r) + "\n" for r in keep_generations))
+
+    def on_individual(self, search: GeneticSearch, record: dict) -> None:
+        _append_line(self.path, record)
+
+    def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
+        if self.generations_path:
+            _append_line(self.generations_path, stats)
+
+
+def _append_line(path: Path, record: dict) -> None:
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)  # one write: a line is either there whole or not at all
+    finally:
+        os.close(fd)
+
+
+class ProgressCallback(Callback):
+    """tqdm bars over generations and over individuals, with the best fitness so far."""
+
+    def __init__(self, disable: bool | None = None):
+        self.disable = disable
+        self._generations = self._individuals = None
+
+    def on_search_start(self, search: GeneticSearch) -> None:
+        from tqdm.auto import tqdm
+
+        config = search.config
+        self._generations = tqdm(
+            total=config.generations + 1, initial=search.completed_generation + 1,
+            desc="generations", position=0, disable=self.disable,
+        )
+        self._individuals = tqdm(
+            total=config.planned_individuals(), initial=search.replay_until,
+            desc="individuals", position=1, disable=self.disable,
+        )
+
+    def on_individual(self, search: GeneticSearch, record: dict) -> None:
+        self._individuals.update(1)
+        self._individuals.set_postfix(best=f"{search.best['fitness']:.4f}", refresh=False)
+
+    def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
+        self._generations.update(1)
+        self._generations.set_postfix(best=f"{stats['best_fitness']:.4f}", mean=f"{stats['mean_fitness']:.4f}")
+
+    def on_search_end(self, search: GeneticSearch, result: dict) -> None:
+        for bar in (self._individuals, self._generations):
+            bar.close()
+
+
+class PlotCallback(Callback):
+    """Redraws ``curve.png`` (the best genome) and ``fitness.png`` after every generation."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
+        plot_curve(self.directory / "curve.png", search.spec, stats["best_genome"], stats["best_scales"],
+                   title=f"best after generation {stats['generation']}: fitness {stats['best_fitness']:.4f}")
+        plot_fitness(self.directory / "fitness.png", search.generation_stats)
+
+
+# ------------------------------------------------------------------------- plots
+
+
+def _save_figure(figure, path: Path) -> None:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)  # Agg, without touching pyplot's global backend
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None) -> None:
+    """The curve, its control points and each layer's scale."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from lpes_harness.curves import bezier_eval, layer_positions
+
+    figure = Figure(figsize=(7, 4))
+    axes = figure.add_subplot()
+    points = np.asarray(genome, dtype=float)
+    layers = np.arange(len(scales))
+    if spec.brute_force:
+        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one gene per layer)")
+    else:
+        x_layers = layer_positions(points, spec.num_layers)
+        if spec.curve == "bezier":
+            dense = bezier_eval(points, np.linspace(0, 1, 400))
+            axes.plot(dense[:, 0], dense[:, 1], "-", label="Bézier curve")
+            axes.plot(points[:, 0], points[:, 1], ":", color="gray", lw=1, label="control polygon")
+        elif spec.curve == "step":
+            axes.step(x_layers, scales, where="post", label="step curve")
+        else:
+            axes.plot(x_layers, scales, "-", label=f"{spec.curve} curve")
+        axes.plot(points[:, 0], points[:, 1], "s", ms=7, color="tab:red", label="control points")
+        axes.plot(x_layers, scales, "o", ms=4, color="black", label="layer scales")
+    if spec.brute_force:
+        axes.set_xlabel("layer")
+    else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
+        axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
+    axes.set_ylabel("position scale s")
+    axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    if title:
+        axes.set_title(title, fontsize=10)
+    _save_figure(figure, Path(path))
+
+
+def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
+    """Best and mean fitness by generation."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=(6, 3.5))
+    axes = figure.add_subplot()
+    generations = [s["generation"] for s in generation_stats]
+    axes.plot(generations, [s["best_fitness"] for s in generation_stats], "o-", label="best")
+    axes.plot(generations, [s["mean_fitness"] for s in generation_stats], "s--", label="mean")
+    axes.set_xlabel("generation")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel("fitness")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    _save_figure(figure, Path(path))

@@ -1,0 +1,261 @@
+"""Fitness: layer scales -> lm-eval on the position tasks -> the λ-weighted score.
+
+    fitness = λ_B·score(begin) + λ_M·score(middle) + λ_E·score(end)
+
+on the ``search`` split of ``kv_retrieval`` or ``mdqa``, evaluated in-process on one loaded
+``lpes_hf`` whose scales are changed in place (the model is never reloaded).
+
+Three ways to score a sample (``mode``):
+
+- ``greedy`` (default, one pass): one forward over prompt + gold answer through lm-eval's
+  ``loglikelihood``; the sample is correct iff every gold token is the argmax
+  (lm-eval's ``is_greedy``), i.e. greedy decoding would write the gold answer. With
+  several gold answers (MDQA), any one suffices.
+- ``generate``: the paper's path: lm-eval ``generate_until`` and the task's own metric.
+- ``logprob``: the mean log-probability of the gold answer's tokens (a continuous,
+  less noisy signal; fitness is then in nats, ≤ 0).
+
+**Racing.** Samples are scored in chunks, round-robin over the positions. After each
+chunk the best fitness still reachable (every unscored sample at its maximum score) is
+known exactly; once it falls below the selection threshold the loop passes in (the
+score a new individual must beat to become a parent), scoring stops and that bound is
+returned. The bound is below the threshold, and thresholds only grow, so racing never
+changes which individuals are selected; ``info["raced"]`` marks such results.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+ROLES = ("begin", "middle", "end")
+DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
+MODES = ("greedy", "generate", "logprob")
+# Gold positions (percent) of each role, per task: the middle is the task's position nearest 50 %.
+DEFAULT_POSITIONS = {
+    "kv_retrieval": {"begin": 0, "middle": 40, "end": 100},
+    "mdqa": {"begin": 0, "middle": 50, "end": 100},
+}
+
+
+def max_sample_score(mode: str) -> float:
+    """The most one sample can add: accuracy 1, or log-probability 0."""
+    return 0.0 if mode == "logprob" else 1.0
+
+
+# ----------------------------------------------------------------------------- racing core
+
+ScoreChunk = Callable[[str, Sequence[int]], Sequence[float]]
+
+
+def raced_fitness(
+    score_chunk: ScoreChunk,
+    sizes: Mapping[str, int],
+    weights: Mapping[str, float],
+    *,
+    chunk_size: int,
+    threshold: float = -math.inf,
+    max_score: float = 1.0,
+) -> tuple[float, dict]:
+    """λ-weighted mean score over the roles, stopping early once ``threshold`` is out of reach.
+
+    ``score_chunk(role, indices)`` returns the scores of those samples of that role.
+    Returns ``(fitness, info)``; when raced, ``fitness`` is the upper bound at the stop.
+    """
+    totals = {role: 0.0 for role in sizes}
+    done = {role: 0 for role in sizes}
+
+    def bound() -> float:
+        return sum(
+            weights[role] * (totals[role] + (sizes[role] - done[role]) * max_score) / sizes[role] for role in sizes
+        )
+
+    while any(done[role] < sizes[role] for role in sizes):
+        for role in sizes:
+            if done[role] >= sizes[role]:
+                continue
+            indices = list(range(done[role], min(done[role] + chunk_size, sizes[role])))
+            scores = list(score_chunk(role, indices))
+            if len(scores) != len(indices):
+                raise RuntimeError(f"scored {len(scores)} samples for {len(indices)} requested ({role})")
+            totals[role] += sum(scores)
+            done[role] += len(indices)
+            upper = bound()
+            if upper < threshold:
+                return upper, _info(totals, done, sizes, raced=True)
+    return bound(), _info(totals, done, sizes, raced=False)
+
+
+def _info(totals, done, sizes, raced: bool) -> dict:
+    return {
+        "scores": {role: totals[role] / done[role] if done[role] else None for role in sizes},
+        "samples": dict(done),
+        "samples_total": sum(sizes.values()),
+        "raced": raced,
+    }
+
+
+# ----------------------------------------------------------------------------- lm-eval fitness
+
+
+@dataclass
+class FitnessConfig:
+    task: str = "kv_retrieval"
+    mode: str = "greedy"
+    weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    positions: dict | None = None  # role -> gold percent; None: DEFAULT_POSITIONS[task]
+    metadata: dict = field(default_factory=dict)  # task options (--metadata keys)
+    num_samples: int = 200
+    chunk_size: int = 25
+    racing: bool = True
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"fitness mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if set(self.weights) != set(ROLES):
+            raise ValueError(f"weights need exactly the roles {ROLES}, got {sorted(self.weights)}")
+        if any(not math.isfinite(w) or w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
+            raise ValueError(f"weights must be finite, >= 0 and not all 0, got {self.weights}")
+        if self.positions is None:
+            if self.task not in DEFAULT_POSITIONS:
+                raise ValueError(
+                    f"no default positions for task {self.task!r}; give positions for {ROLES} "
+                    f"(known tasks: {', '.join(DEFAULT_POSITIONS)})"
+                )
+            self.positions = dict(DEFAULT_POSITIONS[self.task])
+        if set(self.positions) != set(ROLES):
+            raise ValueError(f"positions need exactly the roles {ROLES}, got {sorted(self.positions)}")
+        if self.num_samples < 1 or self.chunk_size < 1:
+            raise ValueError("num_samples and chunk_size must be >= 1")
+
+
+class LMEvalFitness:
+    """``evaluate(individual, threshold) -> (fitness, info)`` for the search loop.
+
+    Holds one loaded ``lpes_hf`` (an lm-eval HFLM) and the lm-eval task objects of the
+    three positions, built once from one TaskManager.
+    """
+
+    def __init__(self, lm, config: FitnessConfig, task_manager=None, shard: tuple[int, int] = (0, 1), gather=None):
+        from lm_eval.tasks import TaskManager, get_task_dict
+
+        self.lm = lm
+        self.config = config
+        self.rank, self.world = shard
+        # gather(list_of_local_scores) -> list in the global sample order (distributed.py).
+        self.gather = gather
+        metadata = {**config.metadata, "split": "search", "num_samples": config.num_samples}
+        self.task_manager = task_manager or TaskManager(metadata=metadata)
+        names = {role: f"{config.task}_pos{percent}" for role, percent in config.positions.items()}
+        unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
+        if unknown:
+            raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {config.task!r} right?")
+        task_dict = get_task_dict(sorted(set(names.values())), self.task_manager)
+        flat = _flatten_task_dict(task_dict)
+        self.tasks = {role: flat[name] for role, name in names.items()}
+        self.docs = {role: list(task.eval_docs) for role, task in self.tasks.items()}
+        self.sizes = {role: len(docs) for role, docs in self.docs.items()}
+        self.evaluations = 0
+
+    # -- the loop's evaluate -------------------------------------------------------
+    def __call__(self, individual, threshold: float = -math.inf) -> tuple[float, dict]:
+        started = time.perf_counter()
+        self.lm.set_scales(list(individual.scales))
+        fitness, info = raced_fitness(
+            self.score_chunk,
+            self.sizes,
+            self.config.weights,
+            chunk_size=self.config.chunk_size,
+            threshold=threshold if self.config.racing else -math.inf,
+            max_score=max_sample_score(self.config.mode),
+        )
+        self.evaluations += 1
+        info["mode"] = self.config.mode
+        info["eval_seconds"] = round(time.perf_counter() - started, 3)
+        return fitness, info
+
+    def score_scales(self, scales) -> tuple[float, dict]:
+        """Fitness of a plain list of layer scales, never raced."""
+
+        class _Individual(list):
+            pass
+
+        individual = _Individual()
+        individual.scales = list(scales)
+        return self(individual)
+
+    # -- scoring ---------------------------------------------------------------------
+    def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
+        mine = [i for i in indices if i % self.world == self.rank]
+        local = self._score(role, mine)
+        if self.world == 1:
+            return local
+        return self.gather(indices, mine, local)
+
+    def _score(self, role: str, indices: Sequence[int]) -> list[float]:
+        if not indices:
+            return []
+        task = self.tasks[role]
+        docs = [self.docs[role][i] for i in indices]
+        if self.config.mode == "generate":
+            return self._score_generate(task, docs)
+        return self._score_loglikelihood(task, docs)
+
+    def _score_generate(self, task, docs) -> list[float]:
+        from lm_eval.api.instance import Instance
+
+        gen_kwargs = dict(task.config.generation_kwargs or {})
+        requests = [
+            Instance("generate_until", doc, (task.doc_to_text(doc), gen_kwargs), i) for i, doc in enumerate(docs)
+        ]
+        outputs = self.lm.generate_until(requests, disable_tqdm=True)
+        scores = []
+        for doc, output in zip(docs, outputs):
+            metrics = task.process_results(doc, [output])
+            scores.append(float(next(iter(metrics.values()))))
+        return scores
+
+    def _score_loglikelihood(self, task, docs) -> list[float]:
+        from lm_eval.api.instance import Instance
+
+        delimiter = task.config.target_delimiter
+        requests, owner = [], []
+        for i, doc in enumerate(docs):
+            for answer in gold_answers(task, doc):
+                requests.append(Instance("loglikelihood", doc, (task.doc_to_text(doc), delimiter + answer), len(requests)))
+                owner.append(i)
+        results = self.lm.loglikelihood(requests, disable_tqdm=True)
+        if self.config.mode == "greedy":
+            scores = [0.0] * len(docs)
+            for i, (_, is_greedy) in zip(owner, results):
+                scores[i] = max(scores[i], 1.0 if is_greedy else 0.0)
+            return scores
+        # logprob: mean log-probability per gold token, best over the gold answers
+        scores = [-math.inf] * len(docs)
+        for request, i, (logprob, _) in zip(requests, owner, results):
+            n_tokens = max(1, len(self.lm.tok_encode(request.args[1], add_special_tokens=False)))
+            scores[i] = max(scores[i], logprob / n_tokens)
+        return scores
+
+
+def gold_answers(task, doc) -> list[str]:
+    """Every acceptable answer of a doc (MDQA has several), else the task's target."""
+    answers = doc.get("answers") if isinstance(doc, Mapping) else None
+    if answers:
+        return [str(a) for a in answers]
+    return [str(task.doc_to_target(doc))]
+
+
+def _flatten_task_dict(task_dict) -> dict:
+    flat = {}
+    for key, value in task_dict.items():
+        if isinstance(value, dict):
+            flat.update(_flatten_task_dict(value))
+        else:
+            flat[getattr(key, "group_name", key) if not isinstance(key, str) else key] = value
+            name = getattr(value, "config", None)
+            if name is not None and getattr(name, "task", None):
+                flat[name.task] = value
+    return flat

@@ -1,0 +1,368 @@
+"""The search loop: the paper's Algorithm 1, with a fitness cache, callbacks and resumable state.
+
+Generation 0 is the initial population: the paper's starting individual ``(k(L-1)/d, 1.5)``
+and ``population_size - 1`` of its mutants (brute-force mode: ``population_size`` random
+per-layer genomes). Each of the ``generations`` that follow is::
+
+    parents   = the num_parents fittest of the population
+    children  = num_crossovers crossovers of two random parents (each keeps its fitter child)
+    mutants   = num_mutants mutants of random parents
+    population = parents + children + mutants
+
+The loop knows nothing of files, plots or lm-eval. It calls ``evaluate(individual) ->
+(fitness, info)`` (the individual is a list of ``(x, y)`` control points with its layer
+scales on ``individual.scales``; ``info`` must be JSON-serialisable), and reports to
+callbacks, which observe it through their hooks.
+
+**Fitness cache.** Results are keyed by the layer scales rounded to ``cache_decimals``, so
+a genome whose scales were seen before (a duplicate mutant, a crossover child equal to an
+earlier individual) is never evaluated again.
+
+**Determinism and resume.** All randomness comes from one ``random.Random(seed)`` the
+search owns. :meth:`GeneticSearch.state_dict` holds the state at the start of the current
+generation (population, fitnesses, generation index, RNG state, statistics) plus the whole
+fitness cache and how many individuals were processed. Loading it and calling
+:meth:`~GeneticSearch.run` replays the current generation from its start: the same RNG draws
+give the same individuals, whose fitness the cache already holds, so nothing that was
+finished is evaluated again, callbacks are not told twice, and the run ends exactly where
+an uninterrupted run would (given a deterministic ``evaluate``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Callable, Sequence
+
+from lpes_harness.curves import smoothness
+from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
+from lpes_harness.search.operators import build_toolbox
+
+STATE_FORMAT = 1
+EvaluateFn = Callable[[Any], "tuple[float, dict]"]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The GA's knobs; defaults are the paper's."""
+
+    population_size: int = 32
+    num_parents: int = 12
+    num_mutants: int = 16
+    num_crossovers: int = 4
+    generations: int = 20
+    mutation_x: float = 2.0  # Mx, in layers
+    mutation_y: float = 0.2  # My, in scale units
+    crossover_tries: int = 4  # N_ct (the paper: at most 4 tries)
+    seed: int = 0
+    cache_decimals: int = 6
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{f.name} must be an integer, got {value!r}")
+        for name in ("population_size", "num_parents", "crossover_tries"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("num_mutants", "num_crossovers", "generations"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        next_size = self.num_parents + self.num_crossovers + self.num_mutants
+        if next_size != self.population_size:
+            raise ValueError(
+                f"population_size ({self.population_size}) must equal num_parents + num_crossovers + num_mutants "
+                f"({self.num_parents} + {self.num_crossovers} + {self.num_mutants} = {next_size}): "
+                "each generation is parents + crossover children + mutants"
+            )
+        if self.num_crossovers and self.num_parents < 2:
+            raise ValueError(f"crossover needs at least 2 parents, got num_parents={self.num_parents}")
+        if not (self.mutation_x >= 0 and self.mutation_y >= 0):
+            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mutation_x}, My={self.mutation_y}")
+
+    def planned_individuals(self) -> int:
+        """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""
+        return self.population_size + self.generations * (2 * self.num_crossovers + self.num_mutants)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cache_key(scales: Sequence[float], decimals: int = 6) -> tuple[float, ...]:
+    """Key of the fitness cache: the layer scales rounded to ``decimals``."""
+    return tuple(round(float(s), decimals) for s in scales)
+
+
+class Callback:
+    """Base class of search observers (Lightning style): override the hooks you need."""
+
+    def on_search_start(self, search: "GeneticSearch") -> None:
+        """Called by :meth:`GeneticSearch.run`, also when it resumes (``search.resumed``)."""
+
+    def on_individual(self, search: "GeneticSearch", record: dict) -> None:
+        """After each processed individual (evaluated, or served from the cache)."""
+
+    def on_generation_end(self, search: "GeneticSearch", stats: dict) -> None:
+        """After a generation's population is complete (generation 0 is the initial one)."""
+
+    def on_search_end(self, search: "GeneticSearch", result: dict) -> None:
+        """After the last generation."""
+
+
+class GeneticSearch:
+    """Algorithm 1 over a :class:`GenomeSpec`, driven by :meth:`run`."""
+
+    def __init__(
+        self,
+        spec: GenomeSpec,
+        evaluate: EvaluateFn,
+        config: SearchConfig = SearchConfig(),
+        callbacks: Sequence[Callback] = (),
+    ):
+        self.spec = spec
+        self.config = config
+        self.callbacks = list(callbacks)
+        self._user_evaluate = evaluate
+        # Racing (see fitness.py): an evaluate that takes `threshold` may stop early once an
+        # individual provably cannot be selected as a parent.
+        self._evaluate_takes_threshold = "threshold" in inspect.signature(evaluate).parameters
+        self._kept_fitnesses: list[float] = []  # members of the population being built
+        self.rng = random.Random(config.seed)
+        self.toolbox = build_toolbox(
+            spec,
+            self.rng,
+            self._evaluate,
+            max_dx=config.mutation_x,
+            max_dy=config.mutation_y,
+            crossover_tries=config.crossover_tries,
+            num_parents=config.num_parents,
+        )
+        self.cache: dict[tuple[float, ...], tuple[float, Any]] = {}
+        self.population: list | None = None  # the population of `completed_generation`
+        self.completed_generation = -1
+        self.generation_stats: list[dict] = []
+        self.best: dict | None = None
+        self.processed = 0  # individuals processed in this run, in order (cache hits included)
+        self.evaluations = 0  # calls to `evaluate` made by this process
+        self.resumed = False
+        self._replay_until = 0  # individuals below this index were reported before a resume
+        self._generation = 0  # the generation being built
+        self._boundary = self._snapshot()
+
+    @property
+    def replay_until(self) -> int:
+        """After a resume: individuals with a smaller index were already reported before the stop."""
+        return self._replay_until
+
+    # ----------------------------------------------------------------- running
+    def run(self) -> dict:
+        for callback in self.callbacks:
+            callback.on_search_start(self)
+        if self.completed_generation < 0:
+            self._generation = 0
+            self._finish_generation(self._initial_population())
+        while self.completed_generation < self.config.generations:
+            self._generation = self.completed_generation + 1
+            self._finish_generation(self._next_generation(self.population))
+        result = self.result()
+        for callback in self.callbacks:
+            callback.on_search_end(self, result)
+        return result
+
+    def _initial_population(self) -> list:
+        if self.spec.brute_force:
+            population = [make_individual(random_brute_force_genome(self.spec, self.rng))
+                          for _ in range(self.config.population_size)]
+            for individual in population:
+                individual.origin = "random"
+        else:
+            first = make_individual(initial_genome(self.spec))
+            first.origin = "initial"
+            population = [first]
+            for _ in range(self.config.population_size - 1):
+                (mutant,) = self.toolbox.mutate(self.toolbox.clone(first))
+                mutant.origin = "mutant"
+                population.append(mutant)
+        self._kept_fitnesses = []
+        for individual in population:
+            self._kept_fitnesses.append(self._evaluate(individual))
+        return population
+
+    def _next_generation(self, population: list) -> list:
+        parents = self.toolbox.select(population)
+        self._kept_fitnesses = [parent.fitness.values[0] for parent in parents]
+        children = []
+        for _ in range(self.config.num_crossovers):
+            parent1, parent2 = self.rng.sample(parents, 2)
+            child, _origin = self.toolbox.mate(parent1, parent2)
+            children.append(child)
+            self._kept_fitnesses.append(child.fitness.values[0])
+        mutants = []
+        for _ in range(self.config.num_mutants):
+            (mutant,) = self.toolbox.mutate(self.toolbox.clone(self.rng.choice(parents)))
+            mutant.origin = "mutant"
+            self._kept_fitnesses.append(self._evaluate(mutant))
+            mutants.append(mutant)
+        return parents + children + mutants
+
+    def _evaluate(self, individual) -> float:
+        """Fitness of one individual, from the cache or from ``evaluate``; reports it to callbacks."""
+        scales = self.spec.scales(individual)
+        individual.scales = scales
+        key = cache_key(scales, self.config.cache_decimals)
+        index = self.processed
+        self.processed += 1
+        cached = key in self.cache
+        started = time.perf_counter()
+        if cached:
+            fitness, info = self.cache[key]
+        else:
+            fitness, info = self._call_evaluate(individual)
+            self.cache[key] = (fitness, info)
+            self.evaluations += 1
+        seconds = time.perf_counter() - started
+        individual.fitness.values = (fitness,)
+        individual.info = info
+        record = {
+            "index": index,
+            "generation": self._generation,
+            "origin": getattr(individual, "origin", "unknown"),
+            "genome": [list(point) for point in individual],
+            "scales": scales,
+            "fitness": fitness,
+            "info": info,
+            "cached": cached,
+            "seconds": seconds,
+        }
+        if self.best is None or fitness > self.best["fitness"]:
+            self.best = {k: record[k] for k in ("index", "generation", "genome", "scales", "fitness", "info")}
+        if index >= self._replay_until:
+            for callback in self.callbacks:
+                callback.on_individual(self, record)
+        return fitness
+
+    def selection_threshold(self) -> float:
+        """Fitness an individual must reach to possibly be among the next parents.
+
+        The num_parents-th best of the population being built so far. It only grows (the
+        parents are carried over), so an individual proven to fall below it can never be
+        selected, now or later: racing may stop its evaluation early without changing
+        which parents are selected.
+        """
+        kept = sorted(self._kept_fitnesses, reverse=True)
+        if len(kept) < self.config.num_parents:
+            return -math.inf
+        return kept[self.config.num_parents - 1]
+
+    def _call_evaluate(self, individual) -> tuple[float, Any]:
+        if self._evaluate_takes_threshold:
+            returned = self._user_evaluate(individual, threshold=self.selection_threshold())
+        else:
+            returned = self._user_evaluate(individual)
+        try:
+            fitness, info = returned
+            fitness = float(fitness)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"evaluate must return (fitness, info) with a numeric fitness; got {returned!r} "
+                f"for genome {list(individual)}"
+            ) from None
+        if not math.isfinite(fitness):
+            raise ValueError(f"evaluate returned a non-finite fitness {fitness} for genome {list(individual)}")
+        return fitness, info
+
+    def _finish_generation(self, population: list) -> None:
+        self.population = population
+        self.completed_generation = self._generation
+        fitnesses = [individual.fitness.values[0] for individual in population]
+        best = max(population, key=lambda individual: individual.fitness.values[0])
+        stats = {
+            "generation": self._generation,
+            "best_fitness": best.fitness.values[0],
+            "mean_fitness": sum(fitnesses) / len(fitnesses),
+            "best_genome": [list(point) for point in best],
+            "best_scales": list(best.scales),
+            "processed": self.processed,
+        }
+        if self.spec.num_layers >= 3:
+            stats["best_smoothness"] = smoothness(best.scales)
+            stats["mean_smoothness"] = sum(smoothness(i.scales) for i in population) / len(population)
+        self.generation_stats.append(stats)
+        self._boundary = self._snapshot()
+        for callback in self.callbacks:
+            callback.on_generation_end(self, stats)
+
+    def result(self) -> dict:
+        return {
+            "best": self.best,
+            "completed_generation": self.completed_generation,
+            "processed": self.processed,
+            "evaluations": self.evaluations,
+            "cache_size": len(self.cache),
+        }
+
+    # ------------------------------------------------------------------- state
+    def _snapshot(self) -> dict:
+        """The state at a generation boundary (what a resume replays from)."""
+        version, internal, gauss_next = self.rng.getstate()
+        return {
+            "completed_generation": self.completed_generation,
+            "population": None
+            if self.population is None
+            else [{"genome": [list(p) for p in ind], "fitness": ind.fitness.values[0]} for ind in self.population],
+            "rng_state": [version, list(internal), gauss_next],
+            "generation_stats": [dict(s) for s in self.generation_stats],
+            "best": None if self.best is None else dict(self.best),
+            "processed": self.processed,
+        }
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume: JSON-serialisable (if ``info`` values are)."""
+        return {
+            "format": STATE_FORMAT,
+            "spec": self.spec.to_dict(),
+            "config": self.config.to_dict(),
+            **self._boundary,
+            "processed_total": self.processed,
+            "cache": [[list(key), fitness, info] for key, (fitness, info) in self.cache.items()],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict`; :meth:`run` then continues where it stopped.
+
+        The spec and config must match the saved ones, except ``generations``, which may
+        grow to extend a finished run.
+        """
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"unsupported search state format {state.get('format')!r}; expected {STATE_FORMAT}")
+        mismatches = [
+            f"{name}: saved {saved!r}, now {current!r}"
+            for section, now in (("spec", self.spec.to_dict()), ("config", self.config.to_dict()))
+            for name, current in now.items()
+            if name != "generations" and (saved := state[section].get(name)) != current
+        ]
+        if mismatches:
+            raise ValueError("the checkpoint was made with different settings: " + "; ".join(mismatches))
+        version, internal, gauss_next = state["rng_state"]
+        self.rng.setstate((version, tuple(internal), gauss_next))
+        self.cache = {tuple(key): (fitness, info) for key, fitness, info in state["cache"]}
+        self.completed_generation = state["completed_generation"]
+        self.population = None
+        if state["population"] is not None:
+            self.population = []
+            for saved in state["population"]:
+                individual = make_individual(saved["genome"])
+                individual.scales = self.spec.scales(individual)
+                individual.fitness.values = (saved["fitness"],)
+                cached = self.cache.get(cache_key(individual.scales, self.config.cache_decimals))
+                individual.info = cached[1] if cached else None
+                self.population.append(individual)
+        self.generation_stats = [dict(s) for s in state["generation_stats"]]
+        self.best = None if state["best"] is None else dict(state["best"])
+        self.processed = state["processed"]
+        self._replay_until = state["processed_total"]
+        self.resumed = True
+        self._boundary = self._snapshot()

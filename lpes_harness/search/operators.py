@@ -1,0 +1,170 @@
+"""Variation and selection operators of the search, registered on a DEAP toolbox.
+
+* ``mutate``: every control point moves by at most ``Mx`` in x and ``My`` in y, in whole grid
+  steps. The paper's rule is "resample until valid" (inside the bounds, x strictly
+  increasing); we sample from exactly that distribution, uniform over the valid moves, but
+  without the rejection loop's vanishing acceptance rate (30 brute-force genes near the
+  bounds, or 5 points crowded on a small model): y moves are independent per point, so
+  each is redrawn on its own until in bounds; x moves are coupled by the order, so they are
+  drawn jointly by counting the valid placements (``_draw_xs``). A mutant equal to its
+  parent is redrawn, so every mutant is a new individual.
+* ``mate``: single-point crossover. A random index ``k`` is drawn and control point ``k`` is
+  swapped between the parents, giving two children; the valid, new ones (not equal to a
+  parent) are evaluated and the fitter is kept (the first child on a tie). Up to
+  ``N_ct`` indices are tried. **Fallback:** when no try gives a valid new child (e.g. the
+  parents are identical, or every swap breaks the x order), the child is a mutant of the
+  fitter parent, so each crossover slot still yields one new evaluated individual.
+* ``select``: the ``N_pa`` fittest individuals (``deap.tools.selBest``; ties keep population order).
+
+All randomness comes from the ``random.Random`` given to :func:`build_toolbox`, never from
+the global ``random`` module, so a search is reproducible and resumable from its RNG state.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable
+
+from deap import base, tools
+
+from lpes_harness.search.genome import GenomeSpec, make_individual
+
+MAX_MUTATION_DRAWS = 100_000
+
+
+def grid_steps(distance: float, step: float) -> int:
+    """How many whole grid steps fit in ``distance`` (so a move never exceeds it)."""
+    return int(math.floor(distance / step + 1e-9))
+
+
+def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, max_dy: float):
+    """DEAP-style in-place mutation; returns ``(individual,)`` with its fitness invalidated."""
+    problems = spec.violations(individual)
+    if problems:
+        raise ValueError(f"cannot mutate an invalid genome {list(individual)}: {'; '.join(problems)}")
+    cells = spec.to_cells(individual)
+    sx = 0 if spec.brute_force else grid_steps(max_dx, spec.x_step)
+    sy = grid_steps(max_dy, spec.y_step)
+    if sx == 0 and sy == 0:
+        raise ValueError(
+            f"mutation cannot move anything: Mx={max_dx} is below the x step {spec.x_step} (or x is fixed) "
+            f"and My={max_dy} is below the y step {spec.y_step}"
+        )
+    for _ in range(MAX_MUTATION_DRAWS):
+        xs = _draw_xs([i for i, _ in cells], sx, spec.x_cells, rng)
+        ys = [_draw_y(j, sy, spec.y_cells, rng) for _, j in cells]
+        moved = list(zip(xs, ys))
+        if moved != cells:
+            break
+    else:
+        raise RuntimeError(
+            f"could not mutate {list(individual)} into a different valid genome in {MAX_MUTATION_DRAWS} draws "
+            f"(moves of at most {max_dx} in x and {max_dy} in y, y range [{spec.y_min}, {spec.y_max}]); "
+            "widen the mutation steps or the y range"
+        )
+    individual[:] = spec.from_cells(moved)
+    del individual.fitness.values
+    return (individual,)
+
+
+def _draw_xs(xs: list[int], steps: int, last_cell: int, rng: random.Random) -> list[int]:
+    """Uniform draw over all x moves of at most ``steps`` that stay in ``[0, last_cell]`` and increasing.
+
+    That is the distribution "redraw until valid" samples from, computed exactly: plain
+    rejection gets slow when points are crowded (5 points on 6 layers accept ~1 draw in 1000).
+    ``ways[k][v]`` counts the valid placements of points k.. when point k sits at cell v.
+    """
+    if steps == 0:
+        return list(xs)
+    ranges = [range(max(0, x - steps), min(last_cell, x + steps) + 1) for x in xs]
+    ways = [dict.fromkeys(ranges[-1], 1)]
+    for k in range(len(xs) - 2, -1, -1):
+        after = ways[0]
+        ways.insert(0, {v: sum(n for w, n in after.items() if w > v) for v in ranges[k]})
+    moved, previous = [], -1
+    for k in range(len(xs)):
+        choices = [(v, n) for v, n in ways[k].items() if v > previous and n > 0]
+        pick = rng.randrange(sum(n for _, n in choices))
+        for v, n in choices:
+            if pick < n:
+                break
+            pick -= n
+        moved.append(v)
+        previous = v
+    return moved
+
+
+def _draw_y(j: int, steps: int, last_cell: int, rng: random.Random) -> int:
+    while True:  # terminates: the zero move is always inside the bounds
+        moved = j + rng.randint(-steps, steps)
+        if 0 <= moved <= last_cell:
+            return moved
+
+
+def mate(
+    parent1,
+    parent2,
+    *,
+    spec: GenomeSpec,
+    rng: random.Random,
+    evaluate: Callable,
+    mutate_fallback: Callable,
+    max_tries: int,
+):
+    """Single-point crossover keeping the fitter child; returns ``(child, origin)``.
+
+    ``evaluate(individual)`` must set ``individual.fitness.values``. ``origin`` is
+    ``"crossover"`` or ``"crossover_fallback"`` (a mutant of the fitter parent).
+    """
+    for _ in range(max_tries):
+        k = rng.randrange(len(parent1))
+        child1, child2 = make_individual(parent1), make_individual(parent2)
+        child1[k], child2[k] = parent2[k], parent1[k]
+        children = [
+            child for child in (child1, child2) if child != parent1 and child != parent2 and spec.is_valid(child)
+        ]
+        if children:
+            for child in children:
+                child.origin = "crossover"  # read by the loop's history records
+                evaluate(child)
+            best = children[0]
+            for child in children[1:]:
+                if child.fitness.values[0] > best.fitness.values[0]:
+                    best = child
+            return best, "crossover"
+    fitter = parent1 if parent1.fitness.values[0] >= parent2.fitness.values[0] else parent2
+    (child,) = mutate_fallback(make_individual(fitter))
+    child.origin = "crossover_fallback"
+    evaluate(child)
+    return child, "crossover_fallback"
+
+
+def build_toolbox(
+    spec: GenomeSpec,
+    rng: random.Random,
+    evaluate: Callable,
+    *,
+    max_dx: float = 2.0,
+    max_dy: float = 0.2,
+    crossover_tries: int = 4,
+    num_parents: int = 12,
+) -> base.Toolbox:
+    """A DEAP toolbox with ``evaluate``, ``mutate``, ``mate`` and ``select`` bound to one search.
+
+    ``toolbox.mutate(toolbox.clone(parent))`` returns ``(mutant,)`` (not yet evaluated);
+    ``toolbox.mate(p1, p2)`` returns ``(child, origin)`` with the child evaluated.
+    """
+    if crossover_tries < 1:
+        raise ValueError(f"crossover_tries (N_ct) must be >= 1, got {crossover_tries}")
+    if max_dx < 0 or max_dy < 0:
+        raise ValueError(f"mutation steps must be >= 0, got Mx={max_dx}, My={max_dy}")
+    toolbox = base.Toolbox()
+    toolbox.register("evaluate", evaluate)
+    toolbox.register("clone", make_individual)
+    toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy)
+    toolbox.register(
+        "mate", mate, spec=spec, rng=rng, evaluate=evaluate, mutate_fallback=toolbox.mutate, max_tries=crossover_tries
+    )
+    toolbox.register("select", tools.selBest, k=num_parents)
+    return toolbox

@@ -1,0 +1,297 @@
+"""The search command (``python searches/ga.py``): wires model, fitness, loop and callbacks.
+
+Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
+
+- ``scales.json``       the best layer scales so far (``lpes_hf scales=<path>`` reads it);
+- ``config.json``       every setting of the run, and the command line;
+- ``history.jsonl``     every individual: genome, scales, per-position scores, fitness, time;
+- ``generations.jsonl`` best / mean fitness and smoothness per generation;
+- ``curve.png``, ``fitness.png``;
+- ``checkpoint.json``   the full search state after every individual (``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from lpes_harness.search.callbacks import (
+    CheckpointCallback,
+    HistoryCallback,
+    PlotCallback,
+    ProgressCallback,
+    atomic_write_json,
+    load_checkpoint,
+)
+from lpes_harness.search.fitness import DEFAULT_POSITIONS, DEFAULT_WEIGHTS, MODES, ROLES, FitnessConfig
+from lpes_harness.search.loop import Callback, GeneticSearch, SearchConfig
+
+DESCRIPTION = """\
+Search per-layer RoPE scales (LPES) with the paper's Bézier-constrained genetic algorithm.
+
+Each individual is a set of control points; its curve gives one scale per decoder layer;
+its fitness is λ_B·score(begin) + λ_M·score(middle) + λ_E·score(end) on the `search`
+split of a position task, computed through lm-eval on one loaded lpes_hf model whose
+scales are changed in place.
+"""
+
+EPILOG = """\
+examples:
+  python searches/ga.py                                   # bundled SmolLM2, kv_retrieval, paper GA settings
+  python searches/ga.py --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
+  python searches/ga.py --resume --output results/my_run  # continue a stopped run
+  python searches/ga.py --config my_search.json           # settings from a file (keys = long flag names)
+  accelerate launch --multi_gpu --num_processes 2 searches/ga.py ...  # split each evaluation's samples (gloo on CPU)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="searches/ga.py", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
+    model = p.add_argument_group("model")
+    model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
+    model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
+    model.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
+    model.add_argument("--batch-size", default=1, help="lm-eval batch size (an integer or 'auto')")
+    fit = p.add_argument_group("fitness")
+    fit.add_argument("--task", default="kv_retrieval", choices=sorted(DEFAULT_POSITIONS), help="position task")
+    fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
+                     help="greedy: one pass, gold answer = greedy argmax (default); generate: lm-eval "
+                          "generate_until + task metric (the paper's path); logprob: mean gold-token log-prob")
+    fit.add_argument("--weights", default="0.2,0.3,0.5", help="λ for begin,middle,end (default 0.2,0.3,0.5)")
+    fit.add_argument("--positions", default=None,
+                     help="gold percent for begin,middle,end (default: kv_retrieval 0,40,100; mdqa 0,50,100)")
+    fit.add_argument("--num-samples", type=int, default=200, help="search samples per position (default 200)")
+    fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
+    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (default 25)")
+    fit.add_argument("--no-racing", action="store_true", help="score every sample of every individual")
+    ga = p.add_argument_group("genetic algorithm (defaults: the paper's)")
+    ga.add_argument("--population", type=int, default=32)
+    ga.add_argument("--parents", type=int, default=12)
+    ga.add_argument("--mutants", type=int, default=16)
+    ga.add_argument("--crossovers", type=int, default=4)
+    ga.add_argument("--generations", type=int, default=20)
+    ga.add_argument("--mx", type=float, default=2.0, help="max x move of a control point per mutation (layers)")
+    ga.add_argument("--my", type=float, default=0.2, help="max y move of a control point per mutation")
+    ga.add_argument("--crossover-tries", type=int, default=4, help="N_ct: tries for a valid crossover child")
+    ga.add_argument("--seed", type=int, default=0)
+    genes = p.add_argument_group("genome")
+    genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
+    genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
+    genes.add_argument("--brute-force", action="store_true", help="one gene per layer (ablation), initialised U(y_min, y_max)")
+    genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (default 1.0; the paper's range is [1, 2])")
+    genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (default 2.0)")
+    genes.add_argument("--y-step", type=float, default=0.1)
+    genes.add_argument("--initial-y", type=float, default=1.5, help="y of the initial individual (clipped into range)")
+    out = p.add_argument_group("output")
+    out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
+    out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
+    out.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
+    out.add_argument("--overwrite", action="store_true", help="start afresh even if --output holds a run")
+    out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.config:
+        parser.set_defaults(**_read_config(parser, args.config))
+        args = parser.parse_args(argv)  # the command line still wins over the file
+    try:
+        _check(args)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def _read_config(parser, path) -> dict:
+    text = Path(path).read_text() if Path(path).is_file() else None
+    if text is None:
+        parser.error(f"--config {path}: file not found")
+    if str(path).endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            parser.error(f"--config {path}:{err.lineno}: not valid JSON ({err.msg})")
+    known = {action.dest for action in parser._actions}
+    settings = {key.replace("-", "_"): value for key, value in (data or {}).items()}
+    settings = {("mode" if key == "fitness" else key): value for key, value in settings.items()}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        parser.error(f"--config {path}: unknown setting(s) {unknown}; use the long flag names, e.g. 'generations'")
+    return settings
+
+
+def _check(args) -> None:
+    args.weights_dict = _role_values(args.weights, "weights", float)
+    args.positions_dict = _role_values(args.positions, "positions", int) if args.positions else None
+    if isinstance(args.metadata, str):
+        try:
+            args.metadata = json.loads(args.metadata)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--metadata is not valid JSON: {err.msg}") from None
+    if not isinstance(args.metadata, dict):
+        raise ValueError("--metadata must be a JSON object")
+    for key in ("split", "num_samples"):
+        if key in args.metadata:
+            raise ValueError(f"--metadata {key!r} is set by the search itself (split=search, --num-samples)")
+    if not 2 <= args.control_points <= 8:
+        raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite contradict each other")
+
+
+def _role_values(text, name, cast) -> dict:
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if len(parts) != 3:
+        raise ValueError(f"--{name} needs 3 comma-separated values for begin,middle,end; got {text!r}")
+    try:
+        return dict(zip(ROLES, (cast(p) for p in parts)))
+    except ValueError:
+        raise ValueError(f"--{name} {text!r}: values must be numbers") from None
+
+
+# ----------------------------------------------------------------------------- callbacks
+
+
+class BestScalesCallback(Callback):
+    """Keeps ``scales.json`` (and the best control points) up to date after each generation."""
+
+    def __init__(self, directory: Path, model_name: str):
+        self.directory = directory
+        self.model_name = model_name
+
+    def on_generation_end(self, search, stats) -> None:
+        from lpes_harness.scales_file import write_scales_file
+
+        best = search.best
+        write_scales_file(
+            self.directory / "scales.json",
+            best["scales"],
+            curve="per-layer" if search.spec.brute_force else search.spec.curve,
+            control_points=best["genome"],
+            fitness=best["fitness"],
+            scores=(best.get("info") or {}).get("scores"),
+            generation=stats["generation"],
+            model=self.model_name,
+        )
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def run(args: argparse.Namespace) -> dict:
+    from lpes_harness.search import distributed
+    from lpes_harness.search.genome import GenomeSpec
+
+    output = Path(args.output or Path("results") / (args.run_name or f"{args.task}_{args.curve}_seed{args.seed}"))
+    checkpoint_path = output / "checkpoint.json"
+    if checkpoint_path.exists() and not (args.resume or args.overwrite):
+        raise SystemExit(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
+    if args.resume and not checkpoint_path.exists():
+        raise SystemExit(f"--resume: no checkpoint at {checkpoint_path}")
+
+    config = SearchConfig(
+        population_size=args.population, num_parents=args.parents, num_mutants=args.mutants,
+        num_crossovers=args.crossovers, generations=args.generations, mutation_x=args.mx, mutation_y=args.my,
+        crossover_tries=args.crossover_tries, seed=args.seed,
+    )
+    fitness_config = FitnessConfig(
+        task=args.task, mode=args.mode, weights=args.weights_dict, positions=args.positions_dict,
+        metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
+    )
+    context = distributed.init()
+    lm = load_lm(args)
+    from lpes_harness import rope
+
+    n_layers = rope.num_layers(lm.model)
+    spec = GenomeSpec(
+        num_layers=n_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
+        y_step=args.y_step, curve=args.curve, brute_force=args.brute_force, initial_y=args.initial_y,
+    )
+    fitness = distributed.make_fitness(lm, fitness_config, context)
+    if not context.is_main:
+        distributed.serve(fitness, context)  # follow rank 0's evaluations until it is done
+        return {}
+
+    output.mkdir(parents=True, exist_ok=True)
+    print_estimate(config, fitness, spec)
+    atomic_write_json(output / "config.json", {
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "search": config.to_dict(), "genome": spec.to_dict(),
+        "fitness": {k: v for k, v in vars(fitness_config).items()},
+        "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
+                  "model_args": args.model_args, "num_layers": n_layers},
+        "processes": context.world,
+    })
+    callbacks = [
+        HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
+        BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct"),
+        PlotCallback(output),
+        ProgressCallback(disable=args.no_progress or None),
+        CheckpointCallback(checkpoint_path),  # last: the files above are consistent with it
+    ]
+    search = GeneticSearch(spec, fitness, config, callbacks)
+    if args.resume:
+        search.load_state_dict(load_checkpoint(checkpoint_path))
+    started = time.perf_counter()
+    try:
+        result = search.run()
+    finally:
+        distributed.release(context)
+    result["wall_seconds"] = round(time.perf_counter() - started, 1)
+    result["fitness_evaluations"] = fitness.evaluations
+    atomic_write_json(output / "result.json", result)
+    best = result["best"]
+    print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}), scores {best['info'].get('scores')}")
+    print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
+    return result
+
+
+def load_lm(args):
+    from lm_eval.utils import simple_parse_args_string
+
+    from lpes_harness.lm import LPESLM
+
+    extra = simple_parse_args_string(args.model_args)
+    batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
+    return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, **extra)
+
+
+def print_estimate(config: SearchConfig, fitness, spec) -> None:
+    """Time one sample per position now, and project the run's worst case (no cache hits, no racing)."""
+    started = time.perf_counter()
+    for role in fitness.sizes:
+        fitness._score(role, [0])  # this process only: no collective call before the search starts
+    per_sample = (time.perf_counter() - started) / len(fitness.sizes)
+    samples = sum(fitness.sizes.values())
+    individuals = config.planned_individuals()
+    worst = individuals * samples * per_sample
+    print(
+        f"cost estimate: at most {individuals} individuals x {samples} samples "
+        f"({len(fitness.sizes)} positions) x {per_sample:.2f} s/sample = {worst / 3600:.1f} h worst case; "
+        f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached')",
+        flush=True,
+    )
+
+
+def main(argv=None) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = parse_args(argv)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

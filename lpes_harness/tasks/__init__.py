@@ -1,0 +1,36 @@
+"""Position-bias tasks for lm-eval: KV retrieval, multi-document QA, and a recipe for new ones.
+
+- ``position``: the :class:`~lpes_harness.tasks.position.PositionTask` API, splits, lm-eval glue.
+- ``kv_retrieval``, ``mdqa``: LitM's two benchmarks; ``needle``: the worked example of the recipe.
+- ``metrics``: LitM's scoring; ``data``: file reading with ``file:line`` errors.
+
+``TASKS_DIR`` is the folder of lm-eval YAML files (the repository's ``tasks/``); give it to
+``--include_path`` or to ``TaskManager(include_path=...)``. This module stays cheap to import
+(no lm-eval, torch or datasets): start-up code may read ``TASKS_DIR``.
+"""
+
+from pathlib import Path
+
+# lpes_harness/tasks/__init__.py -> the checkout root is two folders up from the package.
+_CHECKOUT_TASKS = Path(__file__).resolve().parents[2] / "tasks"
+# Where a wheel build may place the same files (see the report / pyproject force-include).
+_PACKAGED_TASKS = Path(__file__).resolve().parent / "yaml"
+
+TASKS_DIR: Path = _CHECKOUT_TASKS if _CHECKOUT_TASKS.is_dir() else _PACKAGED_TASKS
+
+# Built-in position tasks, as "module:ATTRIBUTE" references (what the YAML files name).
+BUILTIN_POSITION_TASKS = {
+    "kv_retrieval": "lpes_harness.tasks.kv_retrieval:KV_RETRIEVAL",
+    "mdqa": "lpes_harness.tasks.mdqa:MDQA",
+    "needle": "lpes_harness.tasks.needle:NEEDLE",
+}
+
+
+def write_builtin_task_yaml(directory: Path | str = TASKS_DIR) -> list[Path]:
+    """(Re)generate the YAML of the built-in position tasks under ``directory/<name>/``."""
+    from lpes_harness.tasks.position import resolve_task, write_task_yaml
+
+    written = []
+    for name, reference in BUILTIN_POSITION_TASKS.items():
+        written += write_task_yaml(resolve_task(reference), Path(directory) / name, reference)
+    return written

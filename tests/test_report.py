@@ -1,0 +1,101 @@
+"""lpes-report: results JSON files (method x task) and a search history -> report.md and PNG plots."""
+
+import json
+
+import pytest
+
+from lpes_harness import report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _results(position, mmlu, leval_scores, zs_scores, scales=None):
+    results = {f"kv_retrieval_pos{p}": {"alias": f"pos{p}", "accuracy,none": v, "accuracy_stderr,none": 0.01} for p, v in position.items()}
+    results["mmlu_local"] = {"acc,none": mmlu}
+    results["mmlu_local_stem"] = {"acc,none": mmlu - 0.1}
+    for task, value in leval_scores.items():
+        results[task] = {"exact_match,none": value}
+    results["zeroscrolls_gov_report"] = {"rouge1,none": zs_scores[0], "rouge2,none": zs_scores[1], "rougeL,none": zs_scores[2]}
+    results["zeroscrolls_qasper"] = {"f1,none": 0.3}
+    results["custom_task"] = {"exact_match,none": 0.5}
+    data = {
+        "results": results,
+        "configs": {"zeroscrolls_qasper": {"metadata": {"version": 1.0, "single_reference": True}}},
+        "config": {"model": "lpes_hf"},
+    }
+    if scales:
+        data["config"]["lpes_scales"] = scales
+    return data
+
+
+@pytest.fixture
+def two_methods(tmp_path):
+    vanilla = tmp_path / "runs" / "vanilla" / "model"
+    lpes = tmp_path / "runs" / "lpes"
+    vanilla.mkdir(parents=True)
+    lpes.mkdir(parents=True)
+    (vanilla / "results_2025.json").write_text(
+        json.dumps(_results({0: 0.9, 50: 0.4, 100: 0.6}, 0.30, {"leval_coursera": 0.2, "leval_tpo": 0.5}, (0.2, 0.05, 0.15)))
+    )
+    (lpes / "lpes.json").write_text(
+        json.dumps(_results({0: 0.8, 50: 0.7, 100: 0.7}, 0.31, {"leval_coursera": 0.3, "leval_tpo": 0.4}, (0.3, 0.1, 0.2), scales=[1.5, 1.2, 1.8]))
+    )
+    history = tmp_path / "history.jsonl"
+    lines = [
+        {"generation": 0, "genome": [[0, 1.5], [2, 1.2]], "scales": [1.5, 1.3, 1.2], "accuracy": {"begin": 0.9, "middle": 0.4, "end": 0.6}, "fitness": 0.5, "seconds": 3, "extra": 1},
+        {"generation": 0, "genome": [[0, 1.0], [2, 2.0]], "scales": [1.0, 1.9, 1.1], "accuracy": {"begin": 0.7}, "fitness": 0.3, "seconds": 3},
+        {"generation": 1, "genome": [[0, 1.6], [2, 1.4]], "scales": [1.6, 1.5, 1.4], "accuracy": {"begin": 0.8, "middle": 0.7, "end": 0.7}, "fitness": 0.7, "seconds": 3},
+    ]
+    history.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"generation": 2, "fit')  # killed mid-write
+    return tmp_path, ["vanilla=" + str(tmp_path / "runs" / "vanilla"), str(lpes / "lpes.json")], history
+
+
+def _row(text, first_cell):
+    return next(line for line in text.splitlines() if line.startswith(f"| {first_cell} |"))
+
+
+def test_report_tables_show_each_method_per_task_with_best_in_bold(two_methods):
+    tmp_path, sources, history = two_methods
+    path = report.write_report(sources, tmp_path / "out", history=history)
+    text = path.read_text()
+    # position table: percents as columns, the average last; LPES flattens the middle dip
+    assert "| method | 0% | 50% | 100% | avg |" in text
+    assert _row(text, "vanilla") .startswith("| vanilla | **90.0** | 40.0 | 60.0 | 63.3 |")
+    assert _row(text, "lpes").startswith("| lpes | 80.0 | **70.0** | **70.0** | **73.3** |")
+    assert "| lpes | **31.0** | **21.0** |" in text  # MMLU overall and STEM
+    assert "| vanilla | 20.0 | – | **50.0** | – | – |" in text  # L-Eval: missing tasks shown as dashes
+    # ZeroSCROLLS summary score is the geometric mean of ROUGE-1/2/L; qasper is flagged single-reference
+    gm = (0.3 * 0.1 * 0.2) ** (1 / 3)
+    assert f"| lpes | **{100 * gm:.1f}** |" in text and "qasper†" in text
+    assert "| 30.0 | – | – | – |" in text  # qasper: a tie is not bold
+    assert "| custom_task / exact_match | 50.0 | 50.0 |" in text
+
+
+def test_report_search_section_and_plots(two_methods):
+    tmp_path, sources, history = two_methods
+    out = tmp_path / "out"
+    report.write_report(sources, out, history=history)
+    text = (out / "report.md").read_text()
+    assert "| 0 | 0.5000 | 0.4000 |" in text and "| 1 | 0.7000 | 0.7000 |" in text
+    assert "Best individual: generation 1, fitness 0.7000" in text
+    for name in ("position_kv_retrieval.png", "scales.png", "search.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
+
+
+def test_history_smoothness_by_generation_matches_second_differences(two_methods):
+    _, _, history = two_methods
+    rows = report.history_by_generation(report.read_history(history))
+    assert [r["generation"] for r in rows] == [0, 1]
+    assert rows[0]["best_smoothness"] == pytest.approx(abs(1.2 - 2 * 1.3 + 1.5))
+    assert rows[0]["mean_smoothness"] == pytest.approx((0.1 + abs(1.1 - 3.8 + 1.0)) / 2)
+
+
+def test_missing_results_path_is_named(tmp_path):
+    with pytest.raises(report.ReportError, match="'.*nowhere' does not exist"):
+        report.write_report([str(tmp_path / "nowhere")], tmp_path / "out")
+
+
+def test_cli_writes_report(two_methods, capsys):
+    tmp_path, sources, history = two_methods
+    assert report.main([*sources, "--out", str(tmp_path / "cli"), "--history", str(history)]) == 0
+    assert (tmp_path / "cli" / "report.md").is_file() and "wrote" in capsys.readouterr().out

@@ -1,0 +1,111 @@
+"""`searches/ga.py` end to end on a tiny local checkpoint: outputs, resume after SIGKILL, accelerate."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.lm import LPESLM
+
+REPO = Path(__file__).resolve().parents[1]
+GA = str(REPO / "searches" / "ga.py")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ga"), "llama")
+
+
+def ga_args(checkpoint, output, generations=2):
+    # logprob fitness: a random tiny model never answers right, but its log-probs differ per genome.
+    return [
+        "--pretrained", checkpoint, "--device", "cpu", "--fitness", "logprob",
+        "--metadata", '{"num_pairs": 3}', "--num-samples", "6", "--chunk-size", "2",
+        "--population", "4", "--parents", "2", "--mutants", "1", "--crossovers", "1",
+        "--generations", str(generations), "--no-progress", "--output", str(output),
+    ]  # fmt: skip
+
+
+def run(command, **kwargs):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, **kwargs)
+
+
+def history(output):
+    return [json.loads(line) for line in (Path(output) / "history.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def single_run(checkpoint, tmp_path_factory):
+    output = tmp_path_factory.mktemp("single") / "run"
+    done = run([sys.executable, GA, *ga_args(checkpoint, output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output, done.stdout
+
+
+def test_a_search_writes_every_output_and_lpes_hf_reads_its_scales(single_run, checkpoint):
+    output, stdout = single_run
+    for name in ("scales.json", "config.json", "history.jsonl", "generations.jsonl", "curve.png", "fitness.png",
+                 "checkpoint.json", "result.json"):
+        assert (output / name).is_file(), name
+    assert "cost estimate:" in stdout
+    records = history(output)
+    result = json.loads((output / "result.json").read_text())
+    assert len(records) == result["processed"]
+    assert {"genome", "scales", "fitness", "info", "seconds"} <= set(records[0])
+    assert set(records[0]["info"]["scores"]) == {"begin", "middle", "end"}
+    saved = json.loads((output / "scales.json").read_text())
+    assert saved["fitness"] == max(r["fitness"] for r in records)
+    assert saved["control_points"] == result["best"]["genome"]
+    lm = LPESLM(pretrained=checkpoint, scales=str(output / "scales.json"), device="cpu")
+    assert lm.scales == pytest.approx(result["best"]["scales"])
+    config = json.loads((output / "config.json").read_text())
+    assert config["search"]["population_size"] == 4 and "searches/ga.py" in config["command"]
+
+
+def test_an_existing_run_is_not_overwritten_by_accident(single_run, checkpoint):
+    output, _ = single_run
+    done = run([sys.executable, GA, *ga_args(checkpoint, output)])
+    assert done.returncode != 0 and "pass --resume" in done.stderr
+
+
+def test_resume_after_sigkill_reaches_the_same_result(single_run, checkpoint, tmp_path):
+    output = tmp_path / "killed"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    process = subprocess.Popen([sys.executable, GA, *ga_args(checkpoint, output)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if (output / "history.jsonl").exists() and len((output / "history.jsonl").read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = len(history(output))
+    done = run([sys.executable, GA, *ga_args(checkpoint, output), "--resume"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    uninterrupted = history(single_run[0])
+    resumed = history(output)
+    assert [r["fitness"] for r in resumed] == [r["fitness"] for r in uninterrupted]
+    assert [r["genome"] for r in resumed] == [r["genome"] for r in uninterrupted]
+    # Individuals finished before the kill come from the checkpoint's cache, not a new evaluation.
+    evaluated_after_resume = json.loads((output / "result.json").read_text())["fitness_evaluations"]
+    evaluated_in_total = sum(not r["cached"] for r in uninterrupted)
+    assert evaluated_after_resume <= evaluated_in_total - (finished - 1)
+
+
+def test_two_accelerate_processes_give_the_single_process_result(single_run, checkpoint, tmp_path):
+    output = tmp_path / "two_procs"
+    launch = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    done = run([*launch, GA, *ga_args(checkpoint, output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((output / "config.json").read_text())["processes"] == 2
+    assert [r["fitness"] for r in history(output)] == [r["fitness"] for r in history(single_run[0])]

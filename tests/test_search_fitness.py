@@ -1,0 +1,109 @@
+"""Racing with an exact bound: it saves work and never changes which parents are selected."""
+
+import hashlib
+import math
+
+import pytest
+
+from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
+from lpes_harness.search.fitness import DEFAULT_WEIGHTS, FitnessConfig, raced_fitness
+
+SIZES = {"begin": 20, "middle": 20, "end": 20}
+
+
+def sample_correct(scales, role, index) -> float:
+    """A deterministic synthetic model: accuracy rises as the scales approach a target curve."""
+    target = {"begin": 1.2, "middle": 1.5, "end": 1.7}[role]
+    p = math.exp(-4 * sum((s - target) ** 2 for s in scales) / len(scales))
+    digest = hashlib.sha256(f"{[round(s, 6) for s in scales]}|{role}|{index}".encode()).digest()
+    return 1.0 if digest[0] / 256 < p else 0.0
+
+
+class CountingFitness:
+    def __init__(self, racing: bool):
+        self.racing = racing
+        self.samples_scored = 0
+
+    def __call__(self, individual, threshold=-math.inf):
+        scales = list(individual.scales)
+
+        def score_chunk(role, indices):
+            self.samples_scored += len(indices)
+            return [sample_correct(scales, role, i) for i in indices]
+
+        return raced_fitness(
+            score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=threshold if self.racing else -math.inf
+        )
+
+
+class ParentsRecorder:
+    """Records the parents each generation hands to the next (top num_parents by fitness)."""
+
+    def __init__(self):
+        self.parents = []
+
+    def on_search_start(self, search): ...
+    def on_individual(self, search, record): ...
+    def on_search_end(self, search, result): ...
+
+    def on_generation_end(self, search, stats):
+        selected = search.toolbox.select(search.population)
+        self.parents.append([(tuple(map(tuple, p)), p.fitness.values[0]) for p in selected])
+
+
+def run_search(racing: bool, seed: int):
+    fitness = CountingFitness(racing)
+    recorder = ParentsRecorder()
+    spec = GenomeSpec(num_layers=12, y_min=1.0, y_max=2.0)
+    config = SearchConfig(population_size=12, num_parents=4, num_mutants=6, num_crossovers=2, generations=6, seed=seed)
+    result = GeneticSearch(spec, fitness, config, [recorder]).run()
+    return result, recorder.parents, fitness.samples_scored
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_racing_selects_exactly_the_same_parents_with_less_work(seed):
+    full_result, full_parents, full_work = run_search(racing=False, seed=seed)
+    raced_result, raced_parents, raced_work = run_search(racing=True, seed=seed)
+    assert raced_parents == full_parents
+    assert raced_result["best"]["genome"] == full_result["best"]["genome"]
+    assert raced_result["best"]["fitness"] == full_result["best"]["fitness"]
+    assert raced_work < full_work, "racing should have stopped some evaluations early"
+
+
+def test_a_raced_result_is_an_upper_bound_below_the_threshold():
+    scales = [3.0] * 12  # far from every target: accuracy near 0
+
+    def score_chunk(role, indices):
+        return [sample_correct(scales, role, i) for i in indices]
+
+    exact, exact_info = raced_fitness(score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=5)
+    raced, info = raced_fitness(score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=0.6)
+    assert info["raced"] and not exact_info["raced"]
+    assert exact <= raced < 0.6
+    assert sum(info["samples"].values()) < sum(exact_info["samples"].values())
+
+
+def test_no_racing_when_the_threshold_is_reachable():
+    fitness, info = raced_fitness(lambda role, idx: [1.0] * len(idx), SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=0.99)
+    assert fitness == pytest.approx(1.0) and not info["raced"]
+
+
+def test_logprob_mode_bounds_with_zero_as_the_best_sample():
+    fitness, info = raced_fitness(
+        lambda role, idx: [-2.0] * len(idx), SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=-0.5, max_score=0.0
+    )
+    assert info["raced"] and -2.0 <= fitness < -0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "sample"}, "fitness mode 'sample' is not one of"),
+        ({"weights": {"begin": 1.0, "end": 1.0}}, "weights need exactly the roles"),
+        ({"weights": {"begin": -1.0, "middle": 1.0, "end": 1.0}}, "weights must be finite, >= 0"),
+        ({"task": "needle"}, "no default positions for task 'needle'"),
+    ],
+)
+def test_bad_fitness_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FitnessConfig(**kwargs)

@@ -1,0 +1,286 @@
+"""Algorithm 1: generation structure, elitism, the fitness cache, determinism, in-process resume."""
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from lpes_harness.search import Callback, GeneticSearch, GenomeSpec, SearchConfig, cache_key
+
+SMALL = SearchConfig(population_size=10, num_parents=4, num_mutants=4, num_crossovers=2, generations=5, seed=1)
+
+
+def target_curve(num_layers):
+    return [1.3 + 0.4 * math.sin(3.0 * layer / num_layers) for layer in range(num_layers)]
+
+
+def synthetic_fitness(individual):
+    """A smooth fitness of the layer scales, best at `target_curve`."""
+    target = target_curve(len(individual.scales))
+    error = sum((s - t) ** 2 for s, t in zip(individual.scales, target)) / len(target)
+    return -error, {"error": error, "begin": 1 - error, "middle": 1 - 2 * error, "end": 1 - 3 * error}
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.records, self.stats, self.populations = [], [], []
+        self.started = self.ended = 0
+
+    def on_search_start(self, search):
+        self.started += 1
+
+    def on_individual(self, search, record):
+        self.records.append(record)
+
+    def on_generation_end(self, search, stats):
+        self.stats.append(stats)
+        self.populations.append([(list(map(tuple, ind)), ind.fitness.values[0]) for ind in search.population])
+
+    def on_search_end(self, search, result):
+        self.ended += 1
+
+
+def run_search(spec, config, evaluate=synthetic_fitness):
+    recorder = Recorder()
+    search = GeneticSearch(spec, evaluate, config, [recorder])
+    result = search.run()
+    return search, result, recorder
+
+
+def without_timing(records):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+# -------------------------------------------------------------------- algorithm 1
+
+
+def test_generation_zero_is_the_initial_individual_and_its_mutants():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    _, _, recorder = run_search(spec, SMALL)
+    first = [r for r in recorder.records if r["generation"] == 0]
+    assert len(first) == SMALL.population_size
+    assert first[0]["origin"] == "initial"
+    assert first[0]["genome"] == [[0.0, 1.5], [6.0, 1.5], [11.0, 1.5]]
+    assert {r["origin"] for r in first[1:]} == {"mutant"}
+
+
+def test_each_generation_is_the_top_parents_plus_crossover_children_plus_mutants():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    _, _, recorder = run_search(spec, SMALL)
+    assert len(recorder.populations) == SMALL.generations + 1
+    for previous, current in zip(recorder.populations, recorder.populations[1:]):
+        assert len(current) == SMALL.population_size
+        top = sorted(previous, key=lambda item: item[1], reverse=True)[: SMALL.num_parents]
+        assert current[: SMALL.num_parents] == top
+    for g in range(1, SMALL.generations + 1):
+        origins = [r["origin"] for r in recorder.records if r["generation"] == g]
+        assert origins.count("mutant") == SMALL.num_mutants
+        # Each crossover evaluates one or two children (or one fallback mutant).
+        crossover = [o for o in origins if o.startswith("crossover")]
+        assert SMALL.num_crossovers <= len(crossover) <= 2 * SMALL.num_crossovers
+
+
+def test_best_fitness_never_drops_and_the_search_improves_on_the_start():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    search, result, recorder = run_search(spec, SearchConfig(population_size=10, num_parents=4, num_mutants=4,
+                                                             num_crossovers=2, generations=12, seed=0))
+    best = [s["best_fitness"] for s in recorder.stats]
+    assert all(b >= a for a, b in zip(best, best[1:]))
+    start = recorder.records[0]["fitness"]
+    assert result["best"]["fitness"] > start
+    assert result["best"]["fitness"] == max(r["fitness"] for r in recorder.records)
+    assert search.spec.scales(result["best"]["genome"]) == result["best"]["scales"]
+
+
+def test_brute_force_search_tracks_smoothness_per_generation():
+    spec = GenomeSpec(num_layers=10, brute_force=True)
+    _, _, recorder = run_search(spec, SMALL)
+    assert {r["origin"] for r in recorder.records if r["generation"] == 0} == {"random"}
+    for stats in recorder.stats:
+        assert stats["best_smoothness"] > 0 and stats["mean_smoothness"] > 0
+        s = np.array(stats["best_scales"])
+        assert stats["best_smoothness"] == pytest.approx(np.mean(np.abs(s[2:] - 2 * s[1:-1] + s[:-2])))
+
+
+def test_planned_individuals_bounds_the_run():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    _, result, _ = run_search(spec, SMALL)
+    assert SMALL.planned_individuals() == 10 + 5 * (2 * 2 + 4)
+    assert SMALL.population_size + SMALL.generations * (SMALL.num_crossovers + SMALL.num_mutants) <= result["processed"]
+    assert result["processed"] <= SMALL.planned_individuals()
+
+
+# ---------------------------------------------------------------------- the cache
+
+
+def test_a_duplicate_genome_is_never_evaluated_twice():
+    # A tiny gene space (2 points, 3 y values) makes duplicates common.
+    spec = GenomeSpec(num_layers=6, num_points=2, y_min=1.0, y_max=1.2)
+    calls = {}
+
+    def counting(individual):
+        key = cache_key(individual.scales)
+        calls[key] = calls.get(key, 0) + 1
+        return synthetic_fitness(individual)
+
+    search, result, recorder = run_search(spec, SMALL, counting)
+    assert max(calls.values()) == 1
+    assert result["evaluations"] == len(calls) == len(search.cache)
+    cached = [r for r in recorder.records if r["cached"]]
+    assert cached, "the test needs duplicates to mean anything"
+    assert len(recorder.records) == result["processed"] == len(calls) + len(cached)
+    for record in cached:  # a cache hit reports the stored result
+        fitness, info = search.cache[cache_key(record["scales"])]
+        assert record["fitness"] == fitness and record["info"] == info
+
+
+def test_cache_key_rounds_the_scales():
+    assert cache_key([1.0000001, 1.5]) == cache_key([1.0, 1.5])
+    assert cache_key([1.00001, 1.5]) != cache_key([1.0, 1.5])
+
+
+# ------------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_search_whatever_the_global_random_state():
+    spec = GenomeSpec(num_layers=12, num_points=4)
+    random.seed(1)
+    np.random.seed(1)
+    _, first, rec1 = run_search(spec, SMALL)
+    random.seed(99)
+    np.random.seed(99)
+    random.random()
+    _, second, rec2 = run_search(spec, SMALL)
+    assert without_timing(rec1.records) == without_timing(rec2.records)
+    assert first["best"] == second["best"]
+
+
+def test_another_seed_gives_another_search():
+    spec = GenomeSpec(num_layers=12, num_points=4)
+    _, _, rec1 = run_search(spec, SMALL)
+    _, _, rec2 = run_search(spec, SearchConfig(**{**SMALL.to_dict(), "seed": 2}))
+    assert [r["genome"] for r in rec1.records] != [r["genome"] for r in rec2.records]
+
+
+# ------------------------------------------------------------- state and resume
+
+
+class Crash(Exception):
+    pass
+
+
+class SaveState(Callback):
+    """What a checkpoint callback does, in memory: the JSON state after every individual."""
+
+    def __init__(self):
+        self.saved = None
+
+    def on_individual(self, search, record):
+        self.saved = json.dumps(search.state_dict())
+
+    def on_generation_end(self, search, stats):
+        self.saved = json.dumps(search.state_dict())
+
+
+@pytest.mark.parametrize("crash_at", [1, 7, 10, 11, 23, 40])
+def test_resume_after_a_crash_evaluates_nothing_twice_and_ends_like_an_uninterrupted_run(crash_at):
+    spec = GenomeSpec(num_layers=12, num_points=4)
+    _, reference, reference_recorder = run_search(spec, SMALL)
+
+    evaluated = []
+
+    def crashing(individual):
+        if len(evaluated) + 1 == crash_at:
+            raise Crash
+        evaluated.append(cache_key(individual.scales))
+        return synthetic_fitness(individual)
+
+    saver, before = SaveState(), Recorder()
+    with pytest.raises(Crash):
+        GeneticSearch(spec, crashing, SMALL, [before, saver]).run()
+    finished_before = list(evaluated)
+
+    crash_at = -1  # the resumed run does not crash
+    after = Recorder()
+    resumed = GeneticSearch(spec, crashing, SMALL, [after])
+    resumed.load_state_dict(json.loads(saver.saved) if saver.saved else GeneticSearch(spec, crashing, SMALL).state_dict())
+    result = resumed.run()
+
+    finished_after = evaluated[len(finished_before):]
+    assert not set(finished_before) & set(finished_after)  # nothing finished is evaluated again
+    assert len(finished_before) + len(finished_after) == reference["evaluations"]
+    assert result["best"] == reference["best"]
+    # Callbacks see each individual once over the two runs, as in the uninterrupted run.
+    assert without_timing(before.records + after.records) == without_timing(reference_recorder.records)
+    assert after.stats[-1] == reference_recorder.stats[-1]
+
+
+def test_state_dict_is_json_and_round_trips():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    search, _, _ = run_search(spec, SMALL)
+    state = json.loads(json.dumps(search.state_dict()))
+    restored = GeneticSearch(spec, synthetic_fitness, SMALL)
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state
+    assert restored.completed_generation == SMALL.generations
+    assert restored.run()["evaluations"] == 0  # finished: nothing left to do
+
+
+def test_a_finished_run_can_be_extended_with_more_generations():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    longer = SearchConfig(**{**SMALL.to_dict(), "generations": SMALL.generations + 2})
+    _, reference, _ = run_search(spec, longer)
+    short, _, _ = run_search(spec, SMALL)
+    extended = GeneticSearch(spec, synthetic_fitness, longer)
+    extended.load_state_dict(short.state_dict())
+    assert extended.run()["best"] == reference["best"]
+
+
+def test_loading_a_state_from_other_settings_names_the_difference():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    search, _, _ = run_search(spec, SMALL)
+    other = GeneticSearch(spec, synthetic_fitness, SearchConfig(**{**SMALL.to_dict(), "seed": 5}))
+    with pytest.raises(ValueError, match="seed: saved 1, now 5"):
+        other.load_state_dict(search.state_dict())
+    other_spec = GeneticSearch(GenomeSpec(num_layers=12, num_points=3, y_max=1.8), synthetic_fitness, SMALL)
+    with pytest.raises(ValueError, match="y_max: saved 2.0, now 1.8"):
+        other_spec.load_state_dict(search.state_dict())
+
+
+# -------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(population_size=32, num_parents=12, num_mutants=16, num_crossovers=5), r"must equal .*12 \+ 5 \+ 16 = 33"),
+        (dict(population_size=5, num_parents=1, num_mutants=3, num_crossovers=1), "at least 2 parents"),
+        (dict(generations=-1), "generations must be >= 0"),
+        (dict(seed=1.5), "seed must be an integer"),
+        (dict(mutation_y=-0.1), "mutation steps"),
+    ],
+)
+def test_bad_search_configs_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SearchConfig(**kwargs)
+
+
+def test_paper_defaults():
+    config = SearchConfig()
+    assert (config.population_size, config.num_parents, config.num_mutants, config.num_crossovers) == (32, 12, 16, 4)
+    assert (config.generations, config.mutation_x, config.mutation_y) == (20, 2.0, 0.2)
+
+
+@pytest.mark.parametrize("returned", [0.5, (None, {}), ("abc", {})])
+def test_evaluate_must_return_fitness_and_info(returned):
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    with pytest.raises(TypeError, match="evaluate must return"):
+        GeneticSearch(spec, lambda ind: returned, SMALL).run()
+
+
+def test_non_finite_fitness_is_rejected():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    with pytest.raises(ValueError, match="non-finite"):
+        GeneticSearch(spec, lambda ind: (float("nan"), {}), SMALL).run()
