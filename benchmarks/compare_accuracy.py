@@ -21,10 +21,8 @@ Without ``--lpes-scales`` the LPES and PI rows are skipped (there is nothing to 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
+from lpes_harness.files import atomic_write_json
 import time
 
 
@@ -112,12 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": seconds,
             "scores": {t: {n: {str(p): v for p, v in s.items()} for n, s in rows.items()} for t, rows in scores.items()},
         }
-        directory = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, payload, indent=2)
     return 0
 
 

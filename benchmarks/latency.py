@@ -17,15 +17,13 @@ Attention Buckets 4.76x, LPES 1.00x.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
+from lpes_harness.files import atomic_write_json
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
@@ -191,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             "lpes_scales": args.lpes_scales,
             "summary": summary,
         }
-        directory = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, payload, indent=2)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Does LPES add latency? Vanilla vs LPES on the same loaded model, side by side in one run.
 
 Two workloads, each timed as the median of several repeats, with vanilla and LPES
-runs interleaved so that machine drift hits both alike:
+runs interleaved (alternating which goes first) so that machine drift hits both alike:
 
 - prefill: one forward over a ~2k-token prompt;
 - generation: 32 new tokens with the KV cache (greedy, after a short prompt).
@@ -93,9 +93,12 @@ def main():
         set_mode(mode)
         prefill()
         generate()
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
+        # Alternate which mode goes first, so that neither always inherits the other's
+        # cache state (or a burst of load from elsewhere on the machine).
+        order = ("vanilla", "lpes") if repeat % 2 == 0 else ("lpes", "vanilla")
         for work, fn in (("prefill", prefill), ("generate", generate)):
-            for mode in ("vanilla", "lpes"):
+            for mode in order:
                 set_mode(mode)
                 timings[(work, mode)].append(time_call(fn, device))
     rope.remove(model)

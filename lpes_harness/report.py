@@ -26,10 +26,11 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from lpes_harness.files import save_figure
 
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
 LEVAL_TASKS = ("leval_coursera", "leval_quality", "leval_tpo", "leval_sci_fi")
@@ -331,18 +332,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def save_figure(figure, path: Path) -> None:
-    # Atomic: write next to the target, then rename.
-    handle, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(handle)
-    try:
-        figure.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def plot_positions(methods: Sequence[Method], group: str, percents: Sequence[int], path: Path) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from lpes_harness.files import atomic_write_text
 
 FORMAT = "lpes-scales/1"
 
@@ -58,22 +59,6 @@ def write_scales_file(path: str | os.PathLike, scales: list[float], **extra: Any
     """Write atomically: readers never see a half-written file."""
     document = {"format": FORMAT, "scales": [float(s) for s in scales], "num_layers": len(scales), **extra}
     atomic_write_text(path, json.dumps(document, indent=2) + "\n")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _is_number(value) -> bool:

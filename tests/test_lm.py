@@ -45,6 +45,13 @@ def test_scales_forms_number_list_and_file(checkpoint, tmp_path):
     assert json.loads(path.read_text())["format"] == "lpes-scales/1"
 
 
+def test_device_defaults_to_what_the_machine_has(checkpoint):
+    import torch
+
+    lm = LPESLM(pretrained=checkpoint, scales=1.5)
+    assert lm.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def test_pi_uses_the_mean_of_the_scales(checkpoint):
     lm = LPESLM(pretrained=checkpoint, scales="1.0;1.2;1.4;1.6", pi=True, device="cpu")
     assert lm.scales == pytest.approx([1.3] * 4)

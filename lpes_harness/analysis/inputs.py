@@ -11,9 +11,10 @@ import argparse
 import json
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from lpes_harness.files import atomic_write_json, save_figure  # noqa: F401 (save_figure re-exported)
 
 TEXT_KEYS = ("prompt", "input", "text")
 
@@ -95,22 +96,7 @@ def _cuda() -> bool:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def save_figure(figure, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(handle)
-    try:
-        figure.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_json(path, data, indent=2)
 
 
 def pyplot():

@@ -34,7 +34,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import resolve_pretrained
+from lpes_harness.models import default_device, resolve_pretrained
 
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
 DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
@@ -160,7 +160,8 @@ class BucketsLM(HFLM):
         absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
         if bases is not None:
             _common.parse_float_list("bases", bases)  # before the (slow) model load
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device, **kwargs)
+        # HFLM's own default is "cuda", which fails on a CPU-only machine.
+        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device or default_device(), **kwargs)
         install(self.model, bases, absolute_bases)
 
     def _model_call(self, inps, attn_mask=None, labels=None):

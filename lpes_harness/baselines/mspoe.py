@@ -46,7 +46,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import resolve_pretrained
+from lpes_harness.models import default_device, resolve_pretrained
 
 HEAD_MAPPINGS = ("rank", "reference")
 HEAD_ORDERS = ("outlier", "fixed")
@@ -218,7 +218,8 @@ class MsPoELM(_common.RightPaddingLengthsMixin, HFLM):
             pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
         min_ratio, max_ratio = float(min_ratio), float(max_ratio)
         check_arguments(min_ratio, max_ratio, head_mapping, head_order)  # before the (slow) model load
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device, **kwargs)
+        # HFLM's own default is "cuda", which fails on a CPU-only machine.
+        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device or default_device(), **kwargs)
         install(self.model, min_ratio, max_ratio, layers, head_mapping, head_order)
 
     def _model_call(self, inps, attn_mask=None, labels=None):

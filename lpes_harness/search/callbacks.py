@@ -12,38 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from lpes_harness.files import atomic_write_bytes, atomic_write_json, atomic_write_text, save_figure  # noqa: F401 (re-exported)
 from lpes_harness.search.loop import Callback, GeneticSearch
 
 # ------------------------------------------------------------------- atomic files
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make results unreadable to others
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=None, separators=(",", ":")) + "\n")
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
@@ -174,14 +149,10 @@ class PlotCallback(Callback):
 
 
 def _save_figure(figure, path: Path) -> None:
-    import io
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(figure)  # Agg, without touching pyplot's global backend
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
+    save_figure(figure, path)
 
 
 def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None) -> None:

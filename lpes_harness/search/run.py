@@ -28,7 +28,7 @@ from lpes_harness.search.callbacks import (
     atomic_write_json,
     load_checkpoint,
 )
-from lpes_harness.search.fitness import DEFAULT_POSITIONS, DEFAULT_WEIGHTS, MODES, ROLES, FitnessConfig
+from lpes_harness.search.fitness import DEFAULT_POSITIONS, MODES, ROLES, FitnessConfig
 from lpes_harness.search.loop import Callback, GeneticSearch, SearchConfig
 
 DESCRIPTION = """\
@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
     model.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
     model.add_argument("--batch-size", default=1, help="lm-eval batch size (an integer or 'auto')")
+    model.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's choice; 1 helps on a CPU shared with other jobs)")
     fit = p.add_argument_group("fitness")
     fit.add_argument("--task", default="kv_retrieval", choices=sorted(DEFAULT_POSITIONS), help="position task")
     fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
@@ -212,6 +214,10 @@ def run(args: argparse.Namespace) -> dict:
         task=args.task, mode=args.mode, weights=args.weights_dict, positions=args.positions_dict,
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
     )
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     context = distributed.init()
     lm = load_lm(args)
     from lpes_harness import rope
@@ -281,10 +287,18 @@ def print_estimate(config: SearchConfig, fitness, spec) -> None:
     worst = individuals * samples * per_sample
     print(
         f"cost estimate: at most {individuals} individuals x {samples} samples "
-        f"({len(fitness.sizes)} positions) x {per_sample:.2f} s/sample = {worst / 3600:.1f} h worst case; "
+        f"({len(fitness.sizes)} positions) x {per_sample:.2f} s/sample = {_duration(worst)} worst case; "
         f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached')",
         flush=True,
     )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def main(argv=None) -> None:

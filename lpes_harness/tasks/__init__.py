@@ -13,7 +13,7 @@ from pathlib import Path
 
 # lpes_harness/tasks/__init__.py -> the checkout root is two folders up from the package.
 _CHECKOUT_TASKS = Path(__file__).resolve().parents[2] / "tasks"
-# Where a wheel build may place the same files (see the report / pyproject force-include).
+# Where a regular wheel ships the same files (hatch_build.py force-includes tasks/ there).
 _PACKAGED_TASKS = Path(__file__).resolve().parent / "yaml"
 
 TASKS_DIR: Path = _CHECKOUT_TASKS if _CHECKOUT_TASKS.is_dir() else _PACKAGED_TASKS

@@ -1,0 +1,47 @@
+"""Atomic file writes: a reader (or a resumed run) never sees a half-written file.
+
+Each write goes to a temporary file in the target's folder, is flushed to disk, then
+renamed over the target (``os.replace`` is atomic on one file system).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make results unreadable to others
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj, indent: int | None = None) -> None:
+    separators = None if indent else (",", ":")
+    atomic_write_text(path, json.dumps(obj, indent=indent, separators=separators) + "\n")
+
+
+def save_figure(figure, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Save a matplotlib figure as PNG, atomically (the PNG is rendered in memory first)."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    atomic_write_bytes(path, buffer.getvalue())
