@@ -10,7 +10,9 @@ executed, then
   strings) for our models, so torch is imported only when one of them is used;
 - after ``lm_eval.tasks.manager``: makes every ``TaskManager`` that includes lm-eval's
   default tasks also include ours, so ``--tasks kv_retrieval`` works without
-  ``--include_path``.
+  ``--include_path``;
+- after ``lm_eval.evaluator``: checks the options and data files of our position tasks
+  before ``simple_evaluate`` loads the model (it builds tasks only after the model).
 
 Set ``LPES_NO_AUTO_TASKS=1`` to keep lm-eval's task list untouched.
 """
@@ -69,10 +71,31 @@ def add_our_tasks_to_task_manager(manager_module) -> None:
     task_manager.__init__ = __init__
 
 
+def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
+    """simple_evaluate loads the model before the tasks: check our tasks' options first."""
+    original = evaluator_module.simple_evaluate
+    if getattr(original, "_lpes_wrapped", False):
+        return
+    import functools
+
+    @functools.wraps(original)
+    def simple_evaluate(*args, **kwargs):
+        from lpes_harness.tasks.position import precheck
+
+        task_manager = kwargs.get("task_manager")
+        metadata = kwargs.get("metadata") or getattr(task_manager, "metadata", None)
+        precheck(kwargs.get("tasks"), metadata, kwargs.get("model_args"))
+        return original(*args, **kwargs)
+
+    simple_evaluate._lpes_wrapped = True
+    evaluator_module.simple_evaluate = simple_evaluate
+
+
 # module name -> what to run right after lm-eval executes it
 _AFTER_IMPORT = {
     "lm_eval.api.registry": register_lazy_models,
     "lm_eval.tasks.manager": add_our_tasks_to_task_manager,
+    "lm_eval.evaluator": check_position_tasks_before_the_model_loads,
 }
 
 

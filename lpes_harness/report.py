@@ -170,6 +170,34 @@ def history_by_generation(records: Iterable[Mapping[str, Any]]) -> list[dict[str
     return rows
 
 
+def population_stats(path: Path) -> list[dict[str, float]] | None:
+    """The search's own per-generation statistics over each whole population, when present.
+
+    ``history.jsonl`` holds only the individuals evaluated in a generation (the parents
+    carried over are not repeated), so the population's best and mean come from
+    ``generations.jsonl``, which the search writes beside it.
+    """
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            stats = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut off by a stopped run
+        if not {"generation", "best_fitness", "mean_fitness"} <= set(stats):
+            return None
+        best_scales = stats.get("best_scales") or []
+        rows.append({
+            "generation": int(stats["generation"]),
+            "best_fitness": float(stats["best_fitness"]),
+            "mean_fitness": float(stats["mean_fitness"]),
+            "best_smoothness": float(stats.get("best_smoothness", smoothness(best_scales) if len(best_scales) >= 3 else math.nan)),
+            "mean_smoothness": float(stats.get("mean_smoothness", math.nan)),
+        })
+    return rows or None
+
+
 def best_individual(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return max(records, key=lambda r: float(r["fitness"]))
 
@@ -430,7 +458,7 @@ def write_report(
     curves = {m.name: m.scales for m in methods if m.scales and any(s != 1.0 for s in m.scales)}
     if history is not None:
         records = read_history(history)
-        rows = history_by_generation(records)
+        rows = population_stats(Path(history).with_name("generations.jsonl")) or history_by_generation(records)
         best = best_individual(records)
         if best.get("scales"):
             curves.setdefault("search best", [float(s) for s in best["scales"]])

@@ -69,12 +69,14 @@ class _LPESState:
     rotary_args: tuple | None = None
     rotary_kwargs: dict | None = None
     stacked: tuple[torch.Tensor, torch.Tensor] | None = None
+    divisors: dict = field(default_factory=dict)  # device -> the distinct scales as a tensor
 
     def assign(self, scales: list[float]) -> None:
         self.scales[:] = scales
         self.distinct = sorted({s for s in scales if s != 1.0})
         self.slot_of_layer = [self.distinct.index(s) if s != 1.0 else -1 for s in scales]
         self.stacked = None
+        self.divisors = {}
 
 
 _STATE_ATTR = "_lpes_state"
@@ -159,8 +161,11 @@ def _stacked_position_embeddings(state: _LPESState):
         args, kwargs = list(state.rotary_args), dict(state.rotary_kwargs)
         in_kwargs = "position_ids" in kwargs
         position_ids = kwargs["position_ids"] if in_kwargs else args[1]
-        divisors = torch.tensor(state.distinct, dtype=torch.float32, device=position_ids.device)
-        scaled = position_ids.float()[None] / divisors.view(-1, *([1] * position_ids.dim()))
+        divisors = state.divisors.get(position_ids.device)
+        if divisors is None:  # once per device and set of scales, not once per forward
+            divisors = torch.tensor(state.distinct, dtype=torch.float32, device=position_ids.device)
+            divisors = state.divisors[position_ids.device] = divisors.view(-1, *([1] * position_ids.dim()))
+        scaled = position_ids.float()[None] / divisors
         batch_shape = position_ids.shape
         scaled = scaled.reshape(-1, *batch_shape[1:])
         if in_kwargs:

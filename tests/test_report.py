@@ -99,3 +99,20 @@ def test_cli_writes_report(two_methods, capsys):
     tmp_path, sources, history = two_methods
     assert report.main([*sources, "--out", str(tmp_path / "cli"), "--history", str(history)]) == 0
     assert (tmp_path / "cli" / "report.md").is_file() and "wrote" in capsys.readouterr().out
+
+
+def test_population_statistics_come_from_generations_jsonl_when_present(tmp_path):
+    # Generation 1 evaluates only one new individual (worse than the carried-over parent):
+    # the population's best is the parent's, which only generations.jsonl knows.
+    history = tmp_path / "history.jsonl"
+    history.write_text(
+        json.dumps({"generation": 0, "fitness": 0.5, "scales": [1.0, 1.1, 1.2]}) + "\n"
+        + json.dumps({"generation": 1, "fitness": 0.2, "scales": [1.0, 1.3, 1.2]}) + "\n"
+    )
+    (tmp_path / "generations.jsonl").write_text(
+        json.dumps({"generation": 0, "best_fitness": 0.5, "mean_fitness": 0.5, "best_scales": [1.0, 1.1, 1.2]}) + "\n"
+        + json.dumps({"generation": 1, "best_fitness": 0.5, "mean_fitness": 0.35, "best_scales": [1.0, 1.1, 1.2]}) + "\n"
+    )
+    rows = report.population_stats(tmp_path / "generations.jsonl")
+    assert [r["best_fitness"] for r in rows] == [0.5, 0.5]
+    assert [r["best_fitness"] for r in report.history_by_generation(report.read_history(history))] == [0.5, 0.2]

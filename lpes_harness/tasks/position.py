@@ -445,3 +445,34 @@ def position_scores(results: Mapping[str, Any], task: PositionTask | str) -> dic
         entry = per_task[task.subtask_name(percent)]
         scores[percent] = float(entry[f"{task.metric_name},none"])
     return scores
+
+
+# ---------------------------------------------------------------- early checks
+
+
+def precheck(task_names: Sequence[str] | str | None, metadata: Mapping[str, Any] | None, model_args: Any = None) -> None:
+    """Check the options and data files of the position tasks in ``task_names``.
+
+    lm-eval 0.4.13 loads the model before it builds the tasks, so a typo in ``--metadata``
+    or a broken ``data_path`` would surface only after the model load. The start-up hook
+    calls this first, from ``simple_evaluate``, so such errors come before any model work.
+    """
+    from lpes_harness.tasks import BUILTIN_POSITION_TASKS
+
+    if not task_names or not metadata:
+        return
+    names = task_names.split(",") if isinstance(task_names, str) else [str(n) for n in task_names]
+    for reference in BUILTIN_POSITION_TASKS.values():
+        resolve_task(reference)
+    if isinstance(model_args, str):
+        from lm_eval.utils import simple_parse_args_string
+
+        model_args = simple_parse_args_string(model_args)
+    model_keys = set(model_args or {})
+    task_metadata = {k: v for k, v in metadata.items() if k not in model_keys}
+    for task in list(POSITION_TASKS.values()):
+        if not any(name == task.name or name.startswith(f"{task.name}_pos") for name in names):
+            continue
+        options, _ = resolve_options(task, task_metadata)
+        if options["data_path"] is not None and task.count_records is not None:
+            task.count_records(options)  # reads the file: missing file, bad line -> file:line
