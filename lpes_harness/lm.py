@@ -17,7 +17,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
-from lpes_harness.models import default_device, resolve_pretrained
+from lpes_harness.models import hflm_model_args
 from lpes_harness.scales_file import read_scales_file
 
 SCALES_FORMS = "a number (uniform), numbers separated by ';' (one per layer), or a path to a JSON scales file"
@@ -87,16 +87,13 @@ class LPESLM(HFLM):
         device: str | None = None,
         **kwargs,
     ) -> None:
-        if isinstance(pretrained, str) or pretrained is None:
-            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        model_args = hflm_model_args(pretrained, gguf_file, device)
         # Check the cheap things before the (slow) model load.
         if scales is not None and control_points is not None:
             raise rope.LPESError("give either scales=... or control_points=..., not both")
         if scales is not None and not isinstance(scales, (int, float, list, tuple)):
             parse_scales(scales)
-        # HFLM's own default is "cuda", which fails on a CPU-only machine.
-        device = device or default_device()
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device, **kwargs)
+        super().__init__(**model_args, **kwargs)
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         layer_scales = resolve_layer_scales(n_layers, scales, control_points, curve, pi)
         if layer_scales is None:

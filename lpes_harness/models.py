@@ -56,6 +56,17 @@ def resolve_pretrained(pretrained: str | None, gguf_file: str | None = None) -> 
     return pretrained, gguf_file
 
 
+def hflm_model_args(pretrained, gguf_file: str | None, device: str | None) -> dict:
+    """HFLM's ``pretrained`` / ``gguf_file`` / ``device`` with our defaults, for every model class.
+
+    The bundled GGUF when nothing is given, and CUDA only when present: HFLM's own device
+    default, "cuda", fails on a CPU-only machine. A model object passes through untouched.
+    """
+    if isinstance(pretrained, str) or pretrained is None:
+        pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+    return {"pretrained": pretrained, "gguf_file": gguf_file, "device": device or default_device()}
+
+
 def default_device() -> str:
     import torch
 

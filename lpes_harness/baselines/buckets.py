@@ -34,7 +34,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import default_device, resolve_pretrained
+from lpes_harness.models import hflm_model_args
 
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
 DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
@@ -155,13 +155,11 @@ class BucketsLM(HFLM):
         device: str | None = None,
         **kwargs,
     ) -> None:
-        if isinstance(pretrained, str) or pretrained is None:
-            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        model_args = hflm_model_args(pretrained, gguf_file, device)
         absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
         if bases is not None:
             _common.parse_float_list("bases", bases)  # before the (slow) model load
-        # HFLM's own default is "cuda", which fails on a CPU-only machine.
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device or default_device(), **kwargs)
+        super().__init__(**model_args, **kwargs)
         install(self.model, bases, absolute_bases)
 
     def _model_call(self, inps, attn_mask=None, labels=None):

@@ -47,7 +47,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import default_device, resolve_pretrained
+from lpes_harness.models import hflm_model_args
 
 # The authors' base set (training/train.sh) relative to Llama 2's theta = 10000.
 DEFAULT_RELATIVE_BASES = (1.0, 1.75, 1.8, 1.9, 2.0, 2.25, 2.5)
@@ -416,8 +416,7 @@ class MoICELM(HFLM):
         device: str | None = None,
         **kwargs,
     ) -> None:
-        if isinstance(pretrained, str) or pretrained is None:
-            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        model_args = hflm_model_args(pretrained, gguf_file, device)
         # The cheap checks first: the model load is slow.
         absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
         if bases is not None:
@@ -429,8 +428,7 @@ class MoICELM(HFLM):
                 top_k = int(top_k)
             except ValueError:
                 raise BaselineError(f"top_k={top_k!r} is not a whole number") from None
-        # HFLM's own default is "cuda", which fails on a CPU-only machine.
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device or default_device(), **kwargs)
+        super().__init__(**model_args, **kwargs)
         install(self.model, bases, absolute_bases, top_k, gates)
 
     def get_model_info(self) -> dict:

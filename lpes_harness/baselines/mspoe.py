@@ -46,7 +46,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import default_device, resolve_pretrained
+from lpes_harness.models import hflm_model_args
 
 HEAD_MAPPINGS = ("rank", "reference")
 HEAD_ORDERS = ("outlier", "fixed")
@@ -214,12 +214,10 @@ class MsPoELM(_common.RightPaddingLengthsMixin, HFLM):
         device: str | None = None,
         **kwargs,
     ) -> None:
-        if isinstance(pretrained, str) or pretrained is None:
-            pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        model_args = hflm_model_args(pretrained, gguf_file, device)
         min_ratio, max_ratio = float(min_ratio), float(max_ratio)
         check_arguments(min_ratio, max_ratio, head_mapping, head_order)  # before the (slow) model load
-        # HFLM's own default is "cuda", which fails on a CPU-only machine.
-        super().__init__(pretrained=pretrained, gguf_file=gguf_file, device=device or default_device(), **kwargs)
+        super().__init__(**model_args, **kwargs)
         install(self.model, min_ratio, max_ratio, layers, head_mapping, head_order)
 
     def _model_call(self, inps, attn_mask=None, labels=None):
