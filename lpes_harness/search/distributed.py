@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from lpes_harness.search.fitness import LMEvalFitness
+from lpes_harness.search.fitness import LMEvalFitness, individual_with_scales
 
 _STOP = "stop"
 
@@ -65,10 +65,6 @@ def _gather(indices, mine, local_scores):
     return [by_index[index] for index in indices]
 
 
-class _Scales(list):
-    """A stand-in individual: what LMEvalFitness reads is ``.scales``."""
-
-
 class DistributedFitness(LMEvalFitness):
     def __call__(self, individual, threshold: float = -math.inf):
         if self.rank == 0:
@@ -89,9 +85,7 @@ def serve(fitness: LMEvalFitness, context: Context) -> None:
         if message == _STOP:
             return
         scales, threshold = message
-        individual = _Scales()
-        individual.scales = scales
-        LMEvalFitness.__call__(fitness, individual, threshold)
+        LMEvalFitness.__call__(fitness, individual_with_scales(scales), threshold)
 
 
 def release(context: Context) -> None:

@@ -152,9 +152,9 @@ class LMEvalFitness:
         unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
         if unknown:
             raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {config.task!r} right?")
+        # Subtask names (not groups), so lm-eval returns a flat {name: task} dict.
         task_dict = get_task_dict(sorted(set(names.values())), self.task_manager)
-        flat = _flatten_task_dict(task_dict)
-        self.tasks = {role: flat[name] for role, name in names.items()}
+        self.tasks = {role: task_dict[name] for role, name in names.items()}
         self.docs = {role: list(task.eval_docs) for role, task in self.tasks.items()}
         self.sizes = {role: len(docs) for role, docs in self.docs.items()}
         self.evaluations = 0
@@ -178,13 +178,7 @@ class LMEvalFitness:
 
     def score_scales(self, scales) -> tuple[float, dict]:
         """Fitness of a plain list of layer scales, never raced."""
-
-        class _Individual(list):
-            pass
-
-        individual = _Individual()
-        individual.scales = list(scales)
-        return self(individual)
+        return self(individual_with_scales(scales))
 
     # -- scoring ---------------------------------------------------------------------
     def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
@@ -240,22 +234,19 @@ class LMEvalFitness:
         return scores
 
 
+class _ScalesOnly(list):
+    """A stand-in individual: the only thing the fitness reads is ``.scales``."""
+
+
+def individual_with_scales(scales) -> _ScalesOnly:
+    individual = _ScalesOnly()
+    individual.scales = list(scales)
+    return individual
+
+
 def gold_answers(task, doc) -> list[str]:
     """Every acceptable answer of a doc (MDQA has several), else the task's target."""
     answers = doc.get("answers") if isinstance(doc, Mapping) else None
     if answers:
         return [str(a) for a in answers]
     return [str(task.doc_to_target(doc))]
-
-
-def _flatten_task_dict(task_dict) -> dict:
-    flat = {}
-    for key, value in task_dict.items():
-        if isinstance(value, dict):
-            flat.update(_flatten_task_dict(value))
-        else:
-            flat[getattr(key, "group_name", key) if not isinstance(key, str) else key] = value
-            name = getattr(value, "config", None)
-            if name is not None and getattr(name, "task", None):
-                flat[name.task] = value
-    return flat
