@@ -109,3 +109,17 @@ def test_two_accelerate_processes_give_the_single_process_result(single_run, che
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((output / "config.json").read_text())["processes"] == 2
     assert [r["fitness"] for r in history(output)] == [r["fitness"] for r in history(single_run[0])]
+
+
+def test_resume_with_other_settings_fails_and_changes_no_file(single_run, checkpoint, tmp_path):
+    import shutil
+
+    output = tmp_path / "copy"
+    shutil.copytree(single_run[0], output)
+    before = {p.name: p.read_bytes() for p in output.iterdir()}
+    args = ga_args(checkpoint, output)
+    args[args.index("--mutants") + 1] = "2"  # a different GA than the checkpoint's
+    args[args.index("--population") + 1] = "5"
+    done = run([sys.executable, GA, *args, "--resume"])
+    assert done.returncode != 0 and "different settings" in done.stderr and "Traceback" not in done.stderr
+    assert {p.name: p.read_bytes() for p in output.iterdir()} == before

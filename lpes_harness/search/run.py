@@ -232,16 +232,7 @@ def run(args: argparse.Namespace) -> dict:
         distributed.serve(fitness, context)  # follow rank 0's evaluations until it is done
         return {}
 
-    output.mkdir(parents=True, exist_ok=True)
     print_estimate(config, fitness, spec)
-    atomic_write_json(output / "config.json", {
-        "command": " ".join(shlex.quote(a) for a in sys.argv),
-        "search": config.to_dict(), "genome": spec.to_dict(),
-        "fitness": {k: v for k, v in vars(fitness_config).items()},
-        "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
-                  "model_args": args.model_args, "num_layers": n_layers},
-        "processes": context.world,
-    })
     callbacks = [
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct"),
@@ -250,13 +241,25 @@ def run(args: argparse.Namespace) -> dict:
         CheckpointCallback(checkpoint_path),  # last: the files above are consistent with it
     ]
     search = GeneticSearch(spec, fitness, config, callbacks)
-    if args.resume:
-        search.load_state_dict(load_checkpoint(checkpoint_path))
-    started = time.perf_counter()
     try:
+        if args.resume:
+            # Before any file is written: a checkpoint made with other settings changes nothing.
+            try:
+                search.load_state_dict(load_checkpoint(checkpoint_path))
+            except ValueError as err:
+                raise SystemExit(f"--resume {output}: {err}") from None
+        atomic_write_json(output / "config.json", {
+            "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "search": config.to_dict(), "genome": spec.to_dict(),
+            "fitness": dict(vars(fitness_config)),
+            "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
+                      "model_args": args.model_args, "num_layers": n_layers},
+            "processes": context.world,
+        })
+        started = time.perf_counter()
         result = search.run()
     finally:
-        distributed.release(context)
+        distributed.release(context)  # other ranks stop waiting, also when rank 0 fails
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     result["fitness_evaluations"] = fitness.evaluations
     atomic_write_json(output / "result.json", result)
