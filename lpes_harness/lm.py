@@ -91,8 +91,8 @@ class LPESLM(HFLM):
         # Check the cheap things before the (slow) model load.
         if scales is not None and control_points is not None:
             raise rope.LPESError("give either scales=... or control_points=..., not both")
-        if scales is not None and not isinstance(scales, (int, float, list, tuple)):
-            parse_scales(scales)
+        if scales is not None:
+            scales = parse_scales(scales)  # once: a number or a list from here on (a file is read here)
         super().__init__(**model_args, **kwargs)
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         layer_scales = resolve_layer_scales(n_layers, scales, control_points, curve, pi)
