@@ -7,13 +7,17 @@ on the ``search`` split of ``kv_retrieval`` or ``mdqa``, evaluated in-process on
 
 Three ways to score a sample (``mode``):
 
-- ``greedy`` (default, one pass): one forward over prompt + gold answer through lm-eval's
-  ``loglikelihood``; the sample is correct iff every gold token is the argmax
-  (lm-eval's ``is_greedy``), i.e. greedy decoding would write the gold answer. With
-  several gold answers (MDQA), any one suffices.
+- ``greedy`` (default, one pass): one forward over prompt + gold answer; the sample is
+  correct iff every gold token is the argmax (lm-eval's ``is_greedy``), i.e. greedy
+  decoding would write the gold answer. With several gold answers (MDQA), any one suffices.
 - ``generate``: the paper's path: lm-eval ``generate_until`` and the task's own metric.
 - ``logprob``: the mean log-probability of the gold answer's tokens (a continuous,
   less noisy signal; fitness is then in nats, ≤ 0).
+
+The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logits``
+(default, ``scoring.py``: the output layer runs only at the answer positions) and
+``lm-eval`` (lm-eval's own ``loglikelihood``, full logits at every position). They score
+the same tokens; ``tests/test_search_scoring.py`` checks they agree.
 
 **Racing.** Samples are scored in chunks, round-robin over the positions. After each
 chunk the best fitness still reachable (every unscored sample at its maximum score) is
@@ -33,6 +37,7 @@ from typing import Callable, Mapping, Sequence
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
 MODES = ("greedy", "generate", "logprob")
+SCORERS = ("answer-logits", "lm-eval")
 # Gold positions (percent) of each role, per task: the middle is the task's position nearest 50 %.
 DEFAULT_POSITIONS = {
     "kv_retrieval": {"begin": 0, "middle": 40, "end": 100},
@@ -110,10 +115,13 @@ class FitnessConfig:
     num_samples: int = 200
     chunk_size: int = 25
     racing: bool = True
+    scorer: str = "answer-logits"  # one-pass modes only; see SCORERS
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"fitness mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer {self.scorer!r} is not one of {', '.join(SCORERS)}")
         if set(self.weights) != set(ROLES):
             raise ValueError(f"weights need exactly the roles {ROLES}, got {sorted(self.weights)}")
         if any(not math.isfinite(w) or w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
@@ -212,26 +220,37 @@ class LMEvalFitness:
         return scores
 
     def _score_loglikelihood(self, task, docs) -> list[float]:
-        from lm_eval.api.instance import Instance
-
         delimiter = task.config.target_delimiter
-        requests, owner = [], []
+        pairs, owner = [], []
         for i, doc in enumerate(docs):
             for answer in gold_answers(task, doc):
-                requests.append(Instance("loglikelihood", doc, (task.doc_to_text(doc), delimiter + answer), len(requests)))
+                pairs.append((task.doc_to_text(doc), delimiter + answer))
                 owner.append(i)
-        results = self.lm.loglikelihood(requests, disable_tqdm=True)
+        results = self._one_pass(pairs)
         if self.config.mode == "greedy":
             scores = [0.0] * len(docs)
-            for i, (_, is_greedy) in zip(owner, results):
-                scores[i] = max(scores[i], 1.0 if is_greedy else 0.0)
+            for i, result in zip(owner, results):
+                scores[i] = max(scores[i], 1.0 if result.is_greedy else 0.0)
             return scores
         # logprob: mean log-probability per gold token, best over the gold answers
         scores = [-math.inf] * len(docs)
-        for request, i, (logprob, _) in zip(requests, owner, results):
-            n_tokens = max(1, len(self.lm.tok_encode(request.args[1], add_special_tokens=False)))
-            scores[i] = max(scores[i], logprob / n_tokens)
+        for i, result in zip(owner, results):
+            scores[i] = max(scores[i], result.logprob / result.num_tokens)
         return scores
+
+    def _one_pass(self, pairs):
+        from lpes_harness.search.scoring import AnswerScore, score_answers
+
+        if self.config.scorer == "answer-logits":
+            return score_answers(self.lm, pairs)
+        from lm_eval.api.instance import Instance
+
+        requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+        results = self.lm.loglikelihood(requests, disable_tqdm=True)
+        return [
+            AnswerScore(logprob, is_greedy, max(1, len(self.lm._encode_pair(*pair)[1])))
+            for pair, (logprob, is_greedy) in zip(pairs, results)
+        ]
 
 
 class _ScalesOnly(list):

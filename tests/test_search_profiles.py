@@ -1,0 +1,43 @@
+"""Search profiles: `auto` picks the CPU-sized settings without a GPU; flags and --config still win."""
+
+import json
+
+import pytest
+
+from lpes_harness.search.run import PROFILES, parse_args
+
+
+def test_auto_on_cpu_takes_the_cpu_profile():
+    args = parse_args(["--device", "cpu"])
+    assert args.profile == "cpu"
+    for key, value in PROFILES["cpu"].items():
+        assert getattr(args, key) == value, key
+
+
+def test_auto_on_a_gpu_takes_the_papers_settings():
+    args = parse_args(["--device", "cuda"])
+    assert args.profile == "paper"
+    assert (args.population, args.parents, args.mutants, args.crossovers, args.generations) == (32, 12, 16, 4, 20)
+    assert (args.num_samples, args.mode, args.y_min, args.y_max, args.initial_y) == (200, "greedy", 1.0, 2.0, 1.5)
+
+
+def test_the_command_line_and_a_config_file_override_the_profile(tmp_path):
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"generations": 7, "fitness": "greedy"}))
+    args = parse_args(["--device", "cpu", "--config", str(config), "--population", "12", "--parents", "6"])
+    assert (args.generations, args.mode, args.population, args.parents) == (7, "greedy", 12, 6)
+    assert args.num_samples == PROFILES["cpu"]["num_samples"]  # untouched: still the profile's
+
+
+def test_a_config_file_can_choose_the_profile(tmp_path):
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"profile": "paper"}))
+    assert parse_args(["--device", "cpu", "--config", str(config)]).num_samples == 200
+
+
+def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"profile": "laptop"}))
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(config)])
+    assert "profile 'laptop' is not one of auto, paper, cpu" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""The one-pass scorer reads the same numbers as lm-eval's loglikelihood, with logits only at the answer."""
+
+import math
+
+import pytest
+import torch
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.lm import LPESLM
+from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
+from lpes_harness.search.scoring import score_answers
+
+CONTEXTS = ["Key: abc, value", "The quick brown fox", "x=1; y=2; z=", "lorem ipsum dolor sit amet"]
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    checkpoint = save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_scoring"), "llama")
+    return LPESLM(pretrained=checkpoint, device="cpu", scales="1.3")
+
+
+def greedy_continuation(lm, context: str, length: int = 4) -> str | None:
+    """What greedy decoding writes after ``context`` (None if it writes a special token)."""
+    ids = lm.tok_encode(context)
+    for _ in range(length):
+        with torch.no_grad():
+            next_id = int(lm.model(torch.tensor([ids])).logits[0, -1].argmax())
+        if next_id < 4:  # <pad> <s> </s> <unk> do not survive a decode/encode round trip
+            return None
+        ids.append(next_id)
+    # Character-level vocabulary: the tokens joined are the text (decode() would add spaces).
+    return "".join(lm.tokenizer.convert_ids_to_tokens(ids[len(lm.tok_encode(context)) :]))
+
+
+def lm_eval_loglikelihood(lm, pairs):
+    from lm_eval.api.instance import Instance
+
+    requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+    return lm.loglikelihood(requests, disable_tqdm=True)
+
+
+def test_answer_logits_equal_lm_evals_loglikelihood_including_is_greedy(lm):
+    greedy = [(c, g) for c in CONTEXTS if (g := greedy_continuation(lm, c))]
+    assert greedy, "the tiny model wrote special tokens after every context"
+    # The same contexts with a wrong answer: the greedy one with its last character changed.
+    wrong = [(c, g[:-1] + ("a" if g[-1] != "a" else "b")) for c, g in greedy]
+    pairs = greedy + wrong
+    ours = score_answers(lm, pairs)
+    theirs = lm_eval_loglikelihood(lm, pairs)
+    for (context, answer), mine, (logprob, is_greedy) in zip(pairs, ours, theirs):
+        assert mine.logprob == pytest.approx(logprob, abs=1e-4), (context, answer)
+        assert mine.is_greedy == is_greedy, (context, answer)
+        assert mine.num_tokens == len(answer)  # one character per token
+    assert all(s.is_greedy for s in ours[: len(greedy)]) and not any(s.is_greedy for s in ours[len(greedy) :])
+
+
+def test_only_the_answer_positions_reach_the_output_layer(lm):
+    rows = []
+    hook = lm.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
+    try:
+        score_answers(lm, [("a long context " * 5 + "end", " answer")])
+    finally:
+        hook.remove()
+    assert rows == [len(" answer")]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "logprob"])
+def test_both_scorers_give_the_same_fitness(lm, mode):
+    values = []
+    for scorer in ("answer-logits", "lm-eval"):
+        config = FitnessConfig(mode=mode, scorer=scorer, num_samples=3, chunk_size=2, metadata={"num_pairs": 3})
+        fitness, info = LMEvalFitness(lm, config).score_scales([1.3] * 4)
+        values.append((fitness, info["scores"]))
+    assert values[0][0] == pytest.approx(values[1][0], abs=1e-4)
+    for role, score in values[0][1].items():
+        assert score == pytest.approx(values[1][1][role], abs=1e-4)
+    assert all(math.isfinite(v[0]) for v in values)
+
+
+def test_an_unknown_scorer_is_named():
+    with pytest.raises(ValueError, match="scorer 'fast' is not one of answer-logits, lm-eval"):
+        FitnessConfig(scorer="fast")
