@@ -107,3 +107,17 @@ def test_logprob_mode_bounds_with_zero_as_the_best_sample():
 def test_bad_fitness_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FitnessConfig(**kwargs)
+
+
+def test_racing_scores_the_heaviest_position_first_and_stops_a_hopeless_individual_soonest():
+    requested = []
+
+    def all_wrong(role, indices):
+        requested.append(role)
+        return [0.0] * len(indices)
+
+    fitness, info = raced_fitness(all_wrong, SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=0.15)
+    # end (0.5) then middle (0.3): bound 0.2; two chunks of begin (0.2) take it to 0.1 < 0.15.
+    assert requested[:4] == ["end"] * 4 and requested[4:8] == ["middle"] * 4
+    assert info["raced"] and info["samples"] == {"end": 20, "middle": 20, "begin": 10}
+    assert fitness == pytest.approx(0.1)

@@ -19,7 +19,7 @@ The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logit
 ``lm-eval`` (lm-eval's own ``loglikelihood``, full logits at every position). They score
 the same tokens; ``tests/test_search_scoring.py`` checks they agree.
 
-**Racing.** Samples are scored in chunks, round-robin over the positions. After each
+**Racing.** Samples are scored in chunks, the most heavily weighted position first. After each
 chunk the best fitness still reachable (every unscored sample at its maximum score) is
 known exactly; once it falls below the selection threshold the loop passes in (the
 score a new individual must beat to become a parent), scoring stops and that bound is
@@ -77,10 +77,11 @@ def raced_fitness(
             weights[role] * (totals[role] + (sizes[role] - done[role]) * max_score) / sizes[role] for role in sizes
         )
 
-    while any(done[role] < sizes[role] for role in sizes):
-        for role in sizes:
-            if done[role] >= sizes[role]:
-                continue
+    # Heaviest role first: a sample of role r that falls short of the best score lowers the
+    # bound by weight_r / size_r, so scoring the heaviest role first stops a hopeless
+    # individual soonest (round-robin would leave the bound high until near the end).
+    for role in sorted(sizes, key=lambda r: -weights[r] / sizes[r]):
+        while done[role] < sizes[role]:
             indices = list(range(done[role], min(done[role] + chunk_size, sizes[role])))
             scores = list(score_chunk(role, indices))
             if len(scores) != len(indices):
