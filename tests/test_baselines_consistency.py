@@ -163,6 +163,14 @@ def test_moice_gates_round_trip_and_training_moves_only_the_routers(tmp_path):
         assert torch.allclose(reloaded(ids).logits, expected, atol=1e-6)
 
 
+def test_training_the_routers_lowers_the_lm_loss_they_are_trained_on():
+    model = moice.install(tiny_model("llama"))
+    chunks = [random_ids(32, seed=s)[0] for s in range(2)]
+    before = moice.mean_lm_loss(model, chunks)
+    moice.train_gates(model, chunks, steps=15, lr=3e-2, aux_coef=0.0, log=lambda _: None)
+    assert moice.mean_lm_loss(model, chunks) < before
+
+
 def test_balance_loss_is_one_when_uniform_and_larger_when_collapsed():
     uniform = [torch.zeros(1, 2, 5, 4)]
     collapsed = [torch.tensor([5.0, 0, 0, 0]).expand(1, 2, 5, 4)]

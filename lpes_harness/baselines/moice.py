@@ -401,6 +401,16 @@ def train_gates(
     return history
 
 
+@torch.no_grad()
+def mean_lm_loss(model: nn.Module, chunks: list[torch.Tensor]) -> float:
+    """Mean next-token loss over ``chunks`` (held out from training: did the routers learn?)."""
+    if not chunks:
+        raise BaselineError("no held-out chunks to measure the loss on")
+    device = next(model.parameters()).device
+    losses = [model(input_ids=c[None].to(device), labels=c[None].to(device), use_cache=False).loss.item() for c in chunks]
+    return sum(losses) / len(losses)
+
+
 @register_model("moice_hf")
 class MoICELM(HFLM):
     """HFLM whose heads mix E RoPE bases with a trained per-layer router (MoICE)."""

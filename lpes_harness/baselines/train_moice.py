@@ -39,28 +39,42 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--aux-coef", type=float, default=moice.AUX_LOSS_COEF)
     train.add_argument("--documents", type=int, default=200)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--eval-chunks", type=int, default=4,
+                       help="chunks held out of training; their LM loss is measured before and after (default 4)")
     train.add_argument("--device", default=None)
     args = parser.parse_args(argv)
 
     from lpes_harness.models import load_causal_lm
 
-    if args.steps < 1 or args.seq_len < 8:
-        parser.error(f"--steps {args.steps} / --seq-len {args.seq_len}: need steps >= 1 and seq-len >= 8")
+    if args.steps < 1 or args.seq_len < 8 or args.eval_chunks < 0:
+        parser.error(
+            f"--steps {args.steps} / --seq-len {args.seq_len} / --eval-chunks {args.eval_chunks}: "
+            "need steps >= 1, seq-len >= 8 and eval-chunks >= 0"
+        )
     started = time.time()
     model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, device=args.device, attn_implementation="sdpa")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "untrained routers": we are about to train them
         moice.install(model, bases=args.bases, top_k=args.top_k, seed=args.seed)
     chunks = moice.token_stream(tokenizer, moice.synthetic_corpus(args.documents, args.seed), args.seq_len)
-    print(f"corpus: {len(chunks)} chunks of {args.seq_len} tokens; training {args.steps} steps", file=sys.stderr)
+    held_out = chunks[len(chunks) - args.eval_chunks :] if args.eval_chunks else []
+    chunks = chunks[: len(chunks) - len(held_out)]
+    print(f"corpus: {len(chunks)} training chunks of {args.seq_len} tokens, {len(held_out)} held out; "
+          f"training {args.steps} steps", file=sys.stderr)
+    loss_before = moice.mean_lm_loss(model, held_out) if held_out else None
     history = moice.train_gates(
         model, chunks, args.steps, lr=args.lr, aux_coef=args.aux_coef, batch_size=args.batch_size, seed=args.seed,
         log=lambda line: print(line, file=sys.stderr),
     )
+    loss_after = moice.mean_lm_loss(model, held_out) if held_out else None
+    if held_out:
+        print(f"held-out LM loss: {loss_before:.4f} with the initial routers, {loss_after:.4f} after training",
+              file=sys.stderr)
     moice.save_gates(
         model,
         args.out,
         training={
+            "heldout_lm_loss": {"chunks": len(held_out), "before": loss_before, "after": loss_after},
             "pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
             "steps": args.steps,
             "seq_len": args.seq_len,
