@@ -39,7 +39,9 @@ def method_specs(lpes_scales: str | None, moice_gates: str | None) -> dict[str, 
     return specs
 
 
-def run_method(model: str, model_args: dict, tasks: list[str], metadata: dict, batch_size: int, device: str) -> dict:
+def run_method(
+    model: str, model_args: dict, tasks: list[str], metadata: dict, batch_size: int, device: str, chat_template: bool
+) -> dict:
     import lm_eval
 
     args = dict(model_args, device=device, dtype="float32")
@@ -50,6 +52,7 @@ def run_method(model: str, model_args: dict, tasks: list[str], metadata: dict, b
         batch_size=batch_size,
         metadata=metadata,
         log_samples=False,
+        apply_chat_template=chat_template,
     )
 
 
@@ -73,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moice-gates", default=None, help="a MoICE gates file (default: untrained routers)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--chat-template", action="store_true",
+                        help="wrap prompts in the model's chat template (lm_eval --apply_chat_template); "
+                             "the bundled instruct model needs it for mdqa")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="also write the scores here")
     args = parser.parse_args(argv)
 
@@ -86,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--methods: {', '.join(unknown)} not available; choose from {', '.join(specs)}")
         specs = {m: specs[m] for m in wanted}
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     metadata = {"split": "heldout"}
     if args.num_samples:
         metadata["num_samples"] = args.num_samples
@@ -94,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = {}
     for name, (model, model_args) in specs.items():
         started = time.time()
-        results = run_method(model, model_args, tasks, metadata, args.batch_size, args.device)
+        results = run_method(model, model_args, tasks, metadata, args.batch_size, args.device, args.chat_template)
         seconds[name] = round(time.time() - started, 1)
         for task in tasks:
             scores[task][name] = position_scores(results, task)
@@ -106,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {
             "metadata": metadata,
+            "chat_template": args.chat_template,
             "methods": {n: {"model": m, "model_args": a} for n, (m, a) in specs.items()},
             "seconds": seconds,
             "scores": {t: {n: {str(p): v for p, v in s.items()} for n, s in rows.items()} for t, rows in scores.items()},

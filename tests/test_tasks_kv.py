@@ -113,3 +113,22 @@ def test_record_whose_gold_pair_is_missing_is_reported(tmp_path):
 
 def test_format_kv_records_matches_litm_layout_for_one_line_per_pair():
     assert format_kv_records([("a", "1"), ("b", "2"), ("c", "3")]) == '{"a": "1",\n "b": "2",\n "c": "3"}'
+
+
+def test_greedy_match_also_accepts_the_value_in_its_json_quotes_and_the_metric_agrees():
+    for doc in kv_docs(40, num_samples=3):
+        assert doc["greedy_answers"] == [doc["value"], f'"{doc["value"]}"']
+        for form in doc["greedy_answers"]:
+            assert KV_RETRIEVAL.metric(form, doc["answers"]) == 1
+
+
+def test_an_answer_form_the_metric_rejects_is_refused():
+    from dataclasses import replace
+
+    def make_example(sample, options):
+        return Example(gold=("k", "v"), distractors=[("a", "b")], answers=["v"], other_forms=["w"])
+
+    task = replace(KV_RETRIEVAL, make_example=make_example)
+    options, _ = resolve_options(task, {"num_samples": 1})
+    with pytest.raises(ValueError, match="the answer form 'w' does not score 1"):
+        build_docs(task, 0, options)

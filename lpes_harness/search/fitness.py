@@ -265,8 +265,13 @@ def individual_with_scales(scales) -> _ScalesOnly:
 
 
 def gold_answers(task, doc) -> list[str]:
-    """Every acceptable answer of a doc (MDQA has several), else the task's target."""
-    answers = doc.get("answers") if isinstance(doc, Mapping) else None
-    if answers:
-        return [str(a) for a in answers]
+    """Every acceptable answer of a doc, as greedy decoding may write it.
+
+    A position task's ``greedy_answers`` (its answers plus other written forms, e.g. a KV
+    value in quotes), else its ``answers`` (MDQA has several), else the task's target.
+    """
+    if isinstance(doc, Mapping):
+        for key in ("greedy_answers", "answers"):
+            if doc.get(key):
+                return [str(a) for a in doc[key]]
     return [str(task.doc_to_target(doc))]

@@ -87,7 +87,13 @@ def example_from_record(record: Mapping[str, Any], where: str) -> Example:
     if len(pairs) < 2:
         raise TaskDataError(f"{where}: needs at least 2 key-value pairs, got {len(pairs)}")
     distractors = [pair for pair in pairs if pair != gold]
-    return Example(gold=gold, distractors=distractors, answers=[gold[1]], fields={"key": gold[0], "value": gold[1]})
+    return Example(
+        gold=gold,
+        distractors=distractors,
+        answers=[gold[1]],
+        fields={"key": gold[0], "value": gold[1]},
+        other_forms=[f'"{gold[1]}"'],  # the value as the JSON data writes it, which the model often copies
+    )
 
 
 def make_example(sample: Sample, options: Mapping[str, Any]) -> Example:

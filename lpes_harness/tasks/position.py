@@ -72,6 +72,10 @@ class Example:
     distractors: Sequence[Any]
     answers: Sequence[str]
     fields: Mapping[str, Any] = field(default_factory=dict)
+    # Other ways of writing a right answer that the one-pass (greedy-match) fitness accepts,
+    # e.g. a KV value in its JSON quotes, which the model often copies. Each must score 1
+    # under the task's metric, so greedy-match and the generation metric stay consistent.
+    other_forms: Sequence[str] = ()
 
 
 def generated(options: Mapping[str, Any]) -> int | None:
@@ -303,10 +307,14 @@ def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> 
     docs = []
     for index, example in build_examples(task, options):
         items, gold_at = place_gold(example, percent)
+        for form in example.other_forms:
+            if task.metric(form, list(example.answers)) != 1:
+                raise ValueError(f"{task.name}: the answer form {form!r} does not score 1 under the task's metric")
         docs.append(
             {
                 "prompt": task.render(items, example),
                 "answers": list(example.answers),
+                "greedy_answers": list(example.answers) + list(example.other_forms),
                 "target": example.answers[0],
                 "gold_index": gold_at,
                 "num_items": len(items),
