@@ -21,9 +21,12 @@ Without ``--lpes-scales`` the LPES and PI rows are skipped (there is nothing to 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from lpes_harness.files import atomic_write_json
 import time
+
+from lpes_harness.files import atomic_write_json, atomic_write_text
 
 
 def method_specs(lpes_scales: str | None, moice_gates: str | None) -> dict[str, tuple[str, dict]]:
@@ -56,6 +59,15 @@ def run_method(
     )
 
 
+def save_results(results: dict, path: str) -> None:
+    """lm-eval's results as its own CLI writes them (non-JSON values made printable)."""
+    from lm_eval.utils import handle_non_serializable
+
+    payload = {k: v for k, v in results.items() if k != "samples"}
+    text = json.dumps(payload, indent=2, default=handle_non_serializable, ensure_ascii=False)
+    atomic_write_text(path, text)
+
+
 def format_table(task: str, rows: dict[str, dict[int, float]]) -> str:
     positions = sorted({p for scores in rows.values() for p in scores})
     header = "| method | " + " | ".join(f"{p}%" for p in positions) + " | avg |"
@@ -81,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                              "the bundled instruct model needs it for mdqa")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="also write the scores here")
+    parser.add_argument("--results-dir", default=None,
+                        help="also write each method's lm-eval results to DIR/<method>/results.json "
+                             "(what lpes-report reads: lpes-report vanilla=DIR/vanilla LPES=DIR/LPES ...)")
     args = parser.parse_args(argv)
 
     from lpes_harness.tasks.position import position_scores
@@ -107,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         results = run_method(model, model_args, tasks, metadata, args.batch_size, args.device, args.chat_template)
         seconds[name] = round(time.time() - started, 1)
+        if args.results_dir:
+            save_results(results, os.path.join(args.results_dir, name, "results.json"))
         for task in tasks:
             scores[task][name] = position_scores(results, task)
         print(f"{name}: done in {seconds[name]} s", file=sys.stderr)
