@@ -54,14 +54,31 @@ def test_answer_logits_equal_lm_evals_loglikelihood_including_is_greedy(lm):
     assert all(s.is_greedy for s in ours[: len(greedy)]) and not any(s.is_greedy for s in ours[len(greedy) :])
 
 
-def test_only_the_answer_positions_reach_the_output_layer(lm):
-    rows = []
-    hook = lm.model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
+def test_answers_to_one_prompt_share_its_forward_pass_and_only_answers_reach_the_output_layer(lm):
+    decoder_tokens, head_rows = [], []
+    first_layer = lm.model.model.layers[0]
+    hooks = [
+        first_layer.register_forward_pre_hook(lambda module, args, kwargs: decoder_tokens.append(args[0].shape[1]),
+                                              with_kwargs=True),
+        lm.model.lm_head.register_forward_hook(lambda module, args, out: head_rows.append(args[0].shape[1])),
+    ]
+    context = "a long context " * 5 + "end"
     try:
-        score_answers(lm, [("a long context " * 5 + "end", " answer")])
+        score_answers(lm, [(context, " answer"), (context, " other one")])
     finally:
-        hook.remove()
-    assert rows == [len(" answer")]
+        for hook in hooks:
+            hook.remove()
+    prompt_tokens = len(lm.tok_encode(context))
+    # The prompt once (all but its last token), then each answer's own tokens only.
+    assert decoder_tokens == [prompt_tokens - 1, len(" answer"), len(" other one")]
+    assert head_rows == [len(" answer"), len(" other one")]
+
+
+def test_a_sequence_longer_than_the_window_is_cut_from_the_left_as_lm_eval_does(lm):
+    long_context = "xyz " * (lm.max_length // 3)
+    pairs = [(long_context + "end", " tail"), (long_context + "end", " other")]
+    for mine, (logprob, is_greedy) in zip(score_answers(lm, pairs), lm_eval_loglikelihood(lm, pairs)):
+        assert mine.logprob == pytest.approx(logprob, abs=1e-3) and mine.is_greedy == is_greedy
 
 
 @pytest.mark.parametrize("mode", ["greedy", "logprob"])
@@ -80,3 +97,11 @@ def test_both_scorers_give_the_same_fitness(lm, mode):
 def test_an_unknown_scorer_is_named():
     with pytest.raises(ValueError, match="scorer 'fast' is not one of answer-logits, lm-eval"):
         FitnessConfig(scorer="fast")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_the_shared_prompt_path_matches_lm_eval_on_other_architectures(arch, tmp_path):
+    lm = LPESLM(pretrained=save_tiny_checkpoint(tmp_path, arch), device="cpu", scales="0.8")
+    pairs = [(CONTEXTS[0], " abc"), (CONTEXTS[0], ' "abc"'), (CONTEXTS[2], " 3")]
+    for mine, (logprob, is_greedy) in zip(score_answers(lm, pairs), lm_eval_loglikelihood(lm, pairs)):
+        assert mine.logprob == pytest.approx(logprob, abs=1e-4) and mine.is_greedy == is_greedy

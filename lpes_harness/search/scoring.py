@@ -1,19 +1,23 @@
-"""One forward pass per (context, gold answer), with logits only where the answer is read.
+"""One forward pass per sample, with logits only where a gold answer is read.
 
-lm-eval's ``loglikelihood`` gives the same ``(log-prob, is_greedy)`` pair, but it computes the
-full-vocabulary logits (and their log-softmax) at every prompt position and then keeps only
-the answer's few. For a 600-token prompt and a 49k vocabulary that output layer is about a
-fifth of the model's FLOPs, spent on numbers nobody reads. Here the decoder runs once over
-the whole sequence and the output layer only over the answer positions (transformers'
-``logits_to_keep``).
+lm-eval's ``loglikelihood`` gives the same ``(log-prob, is_greedy)`` pairs, but it computes the
+full-vocabulary logits (and their log-softmax) at every prompt position and keeps only the
+answer's few; for a 600-token prompt and a 49k vocabulary that output layer is about a fifth of
+the model's FLOPs. And it runs the whole prompt again for every acceptable answer (a KV value
+with and without quotes, MDQA's several answers).
 
-Tokenisation is lm-eval's own (``lm._encode_pair``, which moves the context's trailing
-spaces into the continuation), and the input is truncated from the left to the model's
-length exactly as lm-eval does, so both paths score the same tokens.
+Here each distinct prompt runs once through the decoder, keeping its KV cache; every answer
+then costs only a forward over its own few tokens on that cache, and the output layer runs only
+at the answer positions (transformers' ``logits_to_keep``).
+
+Tokenisation is lm-eval's own (``lm._encode_pair``, which moves the context's trailing spaces
+into the continuation). A sequence longer than the model's window is truncated from the left
+and scored alone, exactly as lm-eval does.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,36 +33,63 @@ class AnswerScore:
 
 
 def score_answers(lm, pairs: Sequence[tuple[str, str]]) -> list[AnswerScore]:
-    """Score each ``(context, continuation)`` with one forward pass of ``lm.model``.
+    """Score each ``(context, continuation)``; pairs that share a context share its forward pass.
 
     ``lm`` is an lm-eval HFLM (``lpes_hf`` included): its tokenizer, ``max_length`` and
     device are used as its own ``loglikelihood`` would use them.
     """
-    return [_score_one(lm, context, continuation) for context, continuation in pairs]
+    encoded = [lm._encode_pair(context, continuation) for context, continuation in pairs]
+    for (context, continuation), (_, answer) in zip(pairs, encoded):
+        if not answer:
+            raise ValueError(f"the answer {continuation!r} encodes to no tokens (context ends {context[-40:]!r})")
+    by_context: dict[tuple[int, ...], list[int]] = {}
+    for index, (context, answer) in enumerate(encoded):
+        by_context.setdefault(tuple(context), []).append(index)
+    results: list[AnswerScore | None] = [None] * len(pairs)
+    for context, indices in by_context.items():
+        answers = [encoded[i][1] for i in indices]
+        for i, score in zip(indices, _score_context(lm, list(context), answers)):
+            results[i] = score
+    return results
 
 
 @torch.inference_mode()
-def _score_one(lm, context: str, continuation: str) -> AnswerScore:
-    context_tokens, answer_tokens = lm._encode_pair(context, continuation)
-    if not answer_tokens:
-        raise ValueError(f"the answer {continuation!r} encodes to no tokens")
+def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[AnswerScore]:
+    longest = max(len(a) for a in answers)
+    if len(context) < 2 or len(context) + longest > lm.max_length + 1:
+        return [_score_alone(lm, context, answer) for answer in answers]
+    from transformers import DynamicCache
+
+    # Everything but the context's last token is shared; each answer then reads
+    # [last context token] + answer[:-1], whose logits predict the answer's tokens.
+    prefix = torch.tensor([context[:-1]], dtype=torch.long, device=lm.device)
+    cache = DynamicCache(config=lm.model.config)
+    lm.model.get_decoder()(prefix, past_key_values=cache, use_cache=True)  # no output layer: nothing to read
+    scores = []
+    for number, answer in enumerate(answers):
+        # A copy per answer but the last: the forward appends to the cache it is given. (A copy
+        # is a few MB; cropping back would need each cache type's own rules, e.g. sliding windows.)
+        answer_cache = cache if number == len(answers) - 1 else copy.deepcopy(cache)
+        step = torch.tensor([[context[-1], *answer[:-1]]], dtype=torch.long, device=lm.device)
+        logits = lm.model(step, past_key_values=answer_cache, use_cache=True, logits_to_keep=len(answer)).logits[0]
+        scores.append(_judge(logits, answer))
+    return scores
+
+
+@torch.inference_mode()
+def _score_alone(lm, context: list[int], answer: list[int]) -> AnswerScore:
     # lm-eval feeds (context + answer)[:-1], keeping the last max_length tokens.
-    tokens = (context_tokens + answer_tokens)[-(lm.max_length + 1) :][:-1]
+    tokens = (context + answer)[-(lm.max_length + 1) :][:-1]
     inputs = torch.tensor([tokens], dtype=torch.long, device=lm.device)
-    logits = _answer_logits(lm.model, inputs, len(answer_tokens))
-    logprobs = F.log_softmax(logits.float(), dim=-1)
-    target = torch.tensor(answer_tokens, dtype=torch.long, device=logprobs.device)
+    logits = lm.model(inputs, use_cache=False, logits_to_keep=len(answer)).logits[0]
+    return _judge(logits, answer)
+
+
+def _judge(logits: torch.Tensor, answer: list[int]) -> AnswerScore:
+    logprobs = F.log_softmax(logits[-len(answer) :].float(), dim=-1)
+    target = torch.tensor(answer, dtype=torch.long, device=logprobs.device)
     return AnswerScore(
         logprob=float(logprobs.gather(1, target[:, None]).sum()),
         is_greedy=bool((logprobs.argmax(dim=-1) == target).all()),
-        num_tokens=len(answer_tokens),
+        num_tokens=len(answer),
     )
-
-
-def _answer_logits(model, inputs: torch.Tensor, num_answer_tokens: int) -> torch.Tensor:
-    """The logits of the last ``num_answer_tokens`` input positions, shape [n, vocab]."""
-    try:
-        output = model(inputs, logits_to_keep=num_answer_tokens, use_cache=False)
-    except TypeError:  # a model class without logits_to_keep: full logits, then slice
-        output = model(inputs, use_cache=False)
-    return output.logits[0, -num_answer_tokens:]
