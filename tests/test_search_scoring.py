@@ -55,12 +55,12 @@ def test_answer_logits_equal_lm_evals_loglikelihood_including_is_greedy(lm):
 
 
 def test_answers_to_one_prompt_share_its_forward_pass_and_only_answers_reach_the_output_layer(lm):
-    decoder_tokens, head_rows = [], []
+    decoder_inputs, head_inputs = [], []
     first_layer = lm.model.model.layers[0]
     hooks = [
-        first_layer.register_forward_pre_hook(lambda module, args, kwargs: decoder_tokens.append(args[0].shape[1]),
+        first_layer.register_forward_pre_hook(lambda module, args, kwargs: decoder_inputs.append(tuple(args[0].shape[:2])),
                                               with_kwargs=True),
-        lm.model.lm_head.register_forward_hook(lambda module, args, out: head_rows.append(args[0].shape[1])),
+        lm.model.lm_head.register_forward_hook(lambda module, args, out: head_inputs.append(tuple(args[0].shape[:2]))),
     ]
     context = "a long context " * 5 + "end"
     try:
@@ -69,9 +69,10 @@ def test_answers_to_one_prompt_share_its_forward_pass_and_only_answers_reach_the
         for hook in hooks:
             hook.remove()
     prompt_tokens = len(lm.tok_encode(context))
-    # The prompt once (all but its last token), then each answer's own tokens only.
-    assert decoder_tokens == [prompt_tokens - 1, len(" answer"), len(" other one")]
-    assert head_rows == [len(" answer"), len(" other one")]
+    # The prompt once (all but its last token), then both answers in one batch of their own tokens.
+    width = len(" other one")
+    assert decoder_inputs == [(1, prompt_tokens - 1), (2, width)]
+    assert head_inputs == [(2, width)]
 
 
 def test_a_sequence_longer_than_the_window_is_cut_from_the_left_as_lm_eval_does(lm):
