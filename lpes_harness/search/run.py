@@ -92,19 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     fit = p.add_argument_group("fitness")
     fit.add_argument("--task", default="kv_retrieval", choices=sorted(DEFAULT_POSITIONS), help="position task")
     fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
-                     help="greedy: one pass, gold answer = greedy argmax (default); generate: lm-eval "
-                          "generate_until + task metric (the paper's path); logprob: mean gold-token log-prob")
+                     help="greedy: one pass, gold answer = greedy argmax (paper profile); generate: lm-eval "
+                          "generate_until + task metric (the paper's path); logprob: mean gold-token log-prob (cpu profile)")
     fit.add_argument("--weights", default="0.2,0.3,0.5", help="λ for begin,middle,end (default 0.2,0.3,0.5)")
     fit.add_argument("--positions", default=None,
                      help="gold percent for begin,middle,end (default: kv_retrieval 0,40,100; mdqa 0,50,100)")
-    fit.add_argument("--num-samples", type=int, default=200, help="search samples per position (default 200)")
+    fit.add_argument("--num-samples", type=int, default=200, help="search samples per position (paper 200, cpu 20)")
     fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
-    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (default 25)")
+    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 10)")
     fit.add_argument("--no-racing", action="store_true", help="score every sample of every individual")
     fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
                      help="one-pass modes: answer-logits (default; output layer only at the answer tokens) "
                           "or lm-eval (lm-eval's loglikelihood; same numbers, slower)")
-    ga = p.add_argument_group("genetic algorithm (defaults: the paper's)")
+    ga = p.add_argument_group("genetic algorithm (defaults: the profile's, see below)")
     ga.add_argument("--population", type=int, default=32)
     ga.add_argument("--parents", type=int, default=12)
     ga.add_argument("--mutants", type=int, default=16)
@@ -118,10 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
     genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
     genes.add_argument("--brute-force", action="store_true", help="one gene per layer (ablation), initialised U(y_min, y_max)")
-    genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (default 1.0; the paper's range is [1, 2])")
-    genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (default 2.0)")
+    genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (paper 1.0, cpu 0.6)")
+    genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (paper 2.0, cpu 1.6)")
     genes.add_argument("--y-step", type=float, default=0.1)
-    genes.add_argument("--initial-y", type=float, default=1.5, help="y of the initial individual (clipped into range)")
+    genes.add_argument("--initial-y", type=float, default=1.5, help="y of the initial individual, clipped into range (paper 1.5, cpu 1.0)")
     out = p.add_argument_group("output")
     out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
     out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
