@@ -148,7 +148,7 @@ class LMEvalFitness:
     """
 
     def __init__(self, lm, config: FitnessConfig, task_manager=None, shard: tuple[int, int] = (0, 1), gather=None):
-        from lm_eval.tasks import TaskManager, get_task_dict
+        from lm_eval.tasks import TaskManager
 
         self.lm = lm
         self.config = config
@@ -161,8 +161,8 @@ class LMEvalFitness:
         unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
         if unknown:
             raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {config.task!r} right?")
-        # Subtask names (not groups), so lm-eval returns a flat {name: task} dict.
-        task_dict = get_task_dict(sorted(set(names.values())), self.task_manager)
+        # TaskManager.load returns every leaf task in a flat {name: task} dict.
+        task_dict = self.task_manager.load(sorted(set(names.values())))["tasks"]
         self.tasks = {role: task_dict[name] for role, name in names.items()}
         self.docs = {role: list(task.eval_docs) for role, task in self.tasks.items()}
         self.sizes = {role: len(docs) for role, docs in self.docs.items()}
