@@ -41,3 +41,10 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--config", str(config)])
     assert "profile 'laptop' is not one of auto, paper, cpu" in capsys.readouterr().err
+
+
+def test_the_command_lines_device_decides_auto_over_the_config_files(tmp_path):
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"device": "cpu"}))
+    assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "paper"
+    assert parse_args(["--config", str(config)]).profile == "cpu"

@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")  # "untrained routers": we are about to train them
         moice.install(model, bases=args.bases, top_k=args.top_k, seed=args.seed)
     chunks = moice.token_stream(tokenizer, moice.synthetic_corpus(args.documents, args.seed), args.seq_len)
+    if args.eval_chunks >= len(chunks):
+        parser.error(
+            f"--eval-chunks {args.eval_chunks} leaves no training chunk: the corpus makes {len(chunks)} chunks "
+            f"of {args.seq_len} tokens; lower --eval-chunks or --seq-len, or raise --documents"
+        )
     held_out = chunks[len(chunks) - args.eval_chunks :] if args.eval_chunks else []
     chunks = chunks[: len(chunks) - len(held_out)]
     print(f"corpus: {len(chunks)} training chunks of {args.seq_len} tokens, {len(held_out)} held out; "

@@ -139,7 +139,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if profile not in ("auto", *PROFILES):
         parser.error(f"--config {args.config}: profile {profile!r} is not one of auto, {', '.join(PROFILES)}")
     if profile == "auto":
-        profile = "cpu" if _runs_on_cpu(config.get("device", args.device)) else "paper"
+        profile = "cpu" if _runs_on_cpu(args.device or config.get("device")) else "paper"  # the command line wins
     # Precedence: command line > config file > profile > the flags' own (paper) defaults.
     parser.set_defaults(**PROFILES[profile])
     parser.set_defaults(**config)

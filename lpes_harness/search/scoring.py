@@ -54,10 +54,10 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]]) -> list[AnswerScore]:
 
 @torch.inference_mode()
 def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[AnswerScore]:
-    longest = max(len(a) for a in answers)
+    width = max(len(answer) for answer in answers)
     # One answer: a single forward over prompt + answer is cheapest (splitting it in two costs
     # an extra read of the weights, measured ~10 % on a CPU). Too long: lm-eval's truncation.
-    if len(answers) == 1 or len(context) < 2 or len(context) + longest > lm.max_length + 1:
+    if len(answers) == 1 or len(context) < 2 or len(context) + width > lm.max_length + 1:
         return [_score_alone(lm, context, answer) for answer in answers]
     from transformers import DynamicCache
 
@@ -69,9 +69,7 @@ def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[Ans
     # All answers in one batch on copies of that cache: on a CPU a forward over a few tokens
     # costs about one read of the weights, so one batched forward beats one per answer.
     # Rows are right-padded: under the causal mask no real token sees the padding after it.
-    if len(answers) > 1:
-        cache.batch_repeat_interleave(len(answers))
-    width = max(len(answer) for answer in answers)
+    cache.batch_repeat_interleave(len(answers))
     rows = [[context[-1], *answer[:-1]] + [context[-1]] * (width - len(answer)) for answer in answers]
     steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
     logits = lm.model(steps, past_key_values=cache, use_cache=True, logits_to_keep=width).logits
