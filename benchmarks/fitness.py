@@ -23,7 +23,6 @@ line is ``speedup: <x>x agreement: <a> spearman: <r>`` (speed-up of the short se
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import statistics
 import sys
@@ -67,19 +66,24 @@ def record_samples(fitness) -> dict:
     return seen
 
 
-def record_logprobs(fitness) -> dict:
-    """Also keep the mean gold-token log-prob of each pass (the logprob mode's sample score)."""
+def record_passes(fitness) -> dict:
+    """Keep each one-pass result ((context, answer) -> AnswerScore) the fitness computes."""
     seen: dict = {}
     one_pass = fitness._one_pass
 
     def recording(pairs):
         results = one_pass(pairs)
-        for pair, result in zip(pairs, results):
-            seen[pair] = max(seen.get(pair, -math.inf), result.logprob / result.num_tokens)
+        seen.update(zip(pairs, results))
         return results
 
     fitness._one_pass = recording
     return seen
+
+
+def replaying(fitness, seen: dict):
+    """A fitness that reads its one-pass results from ``seen`` instead of running the model."""
+    fitness._one_pass = lambda pairs: [seen[pair] for pair in pairs]
+    return fitness
 
 
 def spearman(a, b) -> float:
@@ -101,10 +105,6 @@ def _ranks(values) -> np.ndarray:
     return ranks
 
 
-def weighted(per_role: dict, weights: dict) -> float:
-    return sum(weights[role] * statistics.fmean(scores) for role, scores in per_role.items())
-
-
 def compare_paths(lm, base_config, genomes, progress) -> dict:
     """Each genome through generate, one-pass and answer-logits; per-sample scores kept."""
     from dataclasses import replace
@@ -118,38 +118,26 @@ def compare_paths(lm, base_config, genomes, progress) -> dict:
     }
     fitnesses = {name: LMEvalFitness(lm, config) for name, config in paths.items()}
     samples = {name: record_samples(f) for name, f in fitnesses.items()}
-    logprobs = record_logprobs(fitnesses["answer-logits"])
+    passes = record_passes(fitnesses["answer-logits"])
+    # The logprob fitness of the same answer-logits pass, aggregated by the product's own code.
+    logprob = replaying(LMEvalFitness(lm, replace(base_config, mode="logprob", racing=False),
+                                      task_manager=fitnesses["answer-logits"].task_manager), passes)
     rows = []
     for index, genome in enumerate(genomes):
         row = {"genome": [list(p) for p in genome], "seconds": {}, "fitness": {}, "samples": {}}
         for name, fitness in fitnesses.items():
             samples[name].clear()
-            logprobs.clear()
+            passes.clear()
             started = time.perf_counter()
             value, _ = fitness(genome)
             row["seconds"][name] = time.perf_counter() - started
             row["fitness"][name] = value
             row["samples"][name] = {f"{role}:{i}": s for (role, i), s in sorted(samples[name].items())}
-        # logprob fitness of this genome, from the answer-logits pass just made
-        per_role = {role: [] for role in base_config.weights}
-        fit = fitnesses["answer-logits"]
-        for role, docs in fit.docs.items():
-            task = fit.tasks[role]
-            for doc in docs:
-                text = task.doc_to_text(doc)
-                best = max(logprobs[(text, task.config.target_delimiter + a)] for a in _answers(task, doc))
-                per_role[role].append(best)
-        row["fitness"]["logprob"] = weighted(per_role, base_config.weights)
+        row["fitness"]["logprob"], _ = logprob(genome)  # answer-logits ran last: its passes are in `passes`
         rows.append(row)
         progress(f"genome {index + 1}/{len(genomes)}: " + ", ".join(
             f"{n} {row['fitness'][n]:.3f} in {s:.1f} s" for n, s in row["seconds"].items()))
     return {"rows": rows, "sizes": fitnesses["generate"].sizes}
-
-
-def _answers(task, doc):
-    from lpes_harness.search.fitness import gold_answers
-
-    return gold_answers(task, doc)
 
 
 def short_search(lm, base_config, spec, args, progress) -> dict:
@@ -237,6 +225,9 @@ def sample_scaling(lm, base_config, counts, progress) -> list[dict]:
     return rows
 
 
+SEARCH = "search (answer-logits + racing + cache)"
+
+
 def summarise(compared: dict, search: dict) -> dict:
     rows = compared["rows"]
     mean_seconds = {name: statistics.fmean(r["seconds"][name] for r in rows) for name in rows[0]["seconds"]}
@@ -247,7 +238,7 @@ def summarise(compared: dict, search: dict) -> dict:
     agreement = sum(1 for greedy, generated in pairs if greedy == generated) / len(pairs)
     fit = {name: [r["fitness"][name] for r in rows] for name in ("generate", "one-pass", "answer-logits", "logprob")}
     return {
-        "seconds_per_individual": {**mean_seconds, "search (answer-logits + racing + cache)": search["seconds_per_individual"]},
+        "seconds_per_individual": {**mean_seconds, SEARCH: search["seconds_per_individual"]},
         "speedup_over_generate": {
             "one-pass": mean_seconds["generate"] / mean_seconds["one-pass"],
             "answer-logits": mean_seconds["generate"] / mean_seconds["answer-logits"],
@@ -331,7 +322,7 @@ def main(argv=None) -> int:
     summary = summarise(compared, search)
 
     samples = sum(compared["sizes"].values())
-    per_sample = {name: s / samples for name, s in summary["seconds_per_individual"].items() if name != "search (answer-logits + racing + cache)"}
+    per_sample = {name: s / samples for name, s in summary["seconds_per_individual"].items() if name != SEARCH}
     projection = {name: project_paper_search(per_sample[name]) for name in ("generate", "answer-logits")}
 
     print(f"bundled SmolLM2-135M on {device}, kv_retrieval search split, {args.num_samples} samples x 3 positions, "
