@@ -286,21 +286,27 @@ def test_toolbox_rejects_bad_operator_settings():
         build_toolbox(spec, random.Random(0), evaluate=lambda ind: None, max_dx=-1)
 
 
-def test_x_moves_are_uniform_over_the_valid_placements_when_points_are_crowded():
-    # Two points at x=0,1 on a 3-layer model with Mx=2: the valid x pairs are (0,1), (0,2), (1,2).
-    # "Resample until valid" picks each with probability 1/3 (a greedy point-by-point draw would not).
+@pytest.mark.parametrize("mode, valid_pairs", [
+    # Joint: Mx=2 lets point 0 reach x=1 when point 1 moves away: (0,1), (0,2), (1,2).
+    ("joint", [(0.0, 1.0), (0.0, 2.0), (1.0, 2.0)]),
+    # Paper (Eq. 4): point 0 stays below point 1's old x=1, so only (0,1), (0,2).
+    ("paper", [(0.0, 1.0), (0.0, 2.0)]),
+])
+def test_x_moves_are_uniform_over_the_valid_placements_when_points_are_crowded(mode, valid_pairs):
+    # Two points at x=0,1 on a 3-layer model with Mx=2. "Resample until valid" picks each valid
+    # pair with the same probability (a greedy point-by-point draw would not).
     spec = GenomeSpec(num_layers=3, num_points=2, y_min=1.0, y_max=100.0)
     rng = random.Random(0)
     counts = {}
     draws = 6000
     for _ in range(draws):
         individual = make_individual([(0.0, 50.0), (1.0, 50.0)])
-        mutate(individual, spec=spec, rng=rng, max_dx=2, max_dy=0.2)
+        mutate(individual, spec=spec, rng=rng, max_dx=2, max_dy=0.2, mode=mode)
         xs = (individual[0][0], individual[1][0])
         counts[xs] = counts.get(xs, 0) + 1
-    assert sorted(counts) == [(0.0, 1.0), (0.0, 2.0), (1.0, 2.0)]
+    assert sorted(counts) == valid_pairs
     for n in counts.values():
-        assert abs(n / draws - 1 / 3) < 0.03
+        assert abs(n / draws - 1 / len(valid_pairs)) < 0.03
 
 
 def test_mutating_an_invalid_genome_is_an_error_naming_the_problem():

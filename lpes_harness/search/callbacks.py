@@ -101,7 +101,11 @@ def _append_line(path: Path, record: dict) -> None:
 
 
 class ProgressCallback(Callback):
-    """tqdm bars over generations and over individuals, with the best fitness so far."""
+    """tqdm bars over generations and over individuals, with the best fitness so far.
+
+    The generation bar shows the best and mean fitness of the complete individuals, and how
+    many were raced out (see :func:`generation_postfix`).
+    """
 
     def __init__(self, disable: bool | None = None):
         self.disable = disable
@@ -126,11 +130,21 @@ class ProgressCallback(Callback):
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._generations.update(1)
-        self._generations.set_postfix(best=f"{stats['best_fitness']:.4f}", mean=f"{stats['mean_fitness']:.4f}")
+        self._generations.set_postfix(generation_postfix(stats))
 
     def on_search_end(self, search: GeneticSearch, result: dict) -> None:
         for bar in (self._individuals, self._generations):
             bar.close()
+
+
+def generation_postfix(stats: dict) -> dict:
+    """What the generation bar shows: best and mean over complete individuals, raced-out count apart."""
+    mean = stats.get("mean_fitness")
+    postfix = {"best": f"{stats['best_fitness']:.4f}", "mean": "n/a" if mean is None else f"{mean:.4f}"}
+    if "raced_out" in stats:
+        postfix["complete"] = stats["complete"]
+        postfix["raced_out"] = stats["raced_out"]
+    return postfix
 
 
 class PlotCallback(Callback):
@@ -194,18 +208,35 @@ def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[f
 
 
 def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
-    """Best and mean fitness by generation."""
+    """Best and mean fitness by generation, over complete individuals only.
+
+    Each complete individual is a dot; a raced-out one (stopped early by racing: its value is
+    only an upper bound) is an open marker of its own, and counts in no line. Statistics
+    from runs before racing was told apart (no ``fitnesses`` key) show the lines only.
+    """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(6, 3.5))
     axes = figure.add_subplot()
     generations = [s["generation"] for s in generation_stats]
+    complete_x = [s["generation"] for s in generation_stats for _ in s.get("fitnesses") or ()]
+    complete_y = [f for s in generation_stats for f in s.get("fitnesses") or ()]
+    raced_x = [s["generation"] for s in generation_stats for _ in s.get("raced_bounds") or ()]
+    raced_y = [f for s in generation_stats for f in s.get("raced_bounds") or ()]
+    if complete_y:
+        axes.plot(complete_x, complete_y, ".", color="tab:gray", alpha=0.5, label="individual (complete)")
+    if raced_y:
+        raced_out = sum(s.get("raced_out", 0) for s in generation_stats)
+        axes.plot(raced_x, raced_y, "x", color="tab:red", alpha=0.6,
+                  label=f"raced out: upper bound only ({raced_out}, not in the mean)")
     axes.plot(generations, [s["best_fitness"] for s in generation_stats], "o-", label="best")
-    axes.plot(generations, [s["mean_fitness"] for s in generation_stats], "s--", label="mean")
+    means = [(g, s.get("mean_fitness")) for g, s in zip(generations, generation_stats)]
+    axes.plot([g for g, m in means if m is not None], [m for _, m in means if m is not None], "s--",
+              label="mean of complete")
     axes.set_xlabel("generation")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel("fitness")
     axes.grid(alpha=0.3)
-    axes.legend()
+    axes.legend(fontsize=8)
     _save_figure(figure, Path(path))

@@ -18,6 +18,12 @@ callbacks, which observe it through their hooks.
 a genome whose scales were seen before (a duplicate mutant, a crossover child equal to an
 earlier individual) is never evaluated again.
 
+**Generation statistics** (``on_generation_end``'s ``stats``): ``best_fitness`` and
+``mean_fitness`` are over the individuals whose fitness is complete. One stopped early by
+racing (``info["raced"]``) has only an upper bound; those are counted in ``raced_out`` and
+their bounds listed in ``raced_bounds``, never averaged with real fitness values
+(``complete`` counts the others, ``fitnesses`` lists theirs).
+
 **Determinism and resume.** All randomness comes from one ``random.Random(seed)`` the
 search owns. :meth:`GeneticSearch.state_dict` holds the state at the start of the current
 generation (population, fitnesses, generation index, RNG state, statistics) plus the whole
@@ -39,7 +45,7 @@ from typing import Any, Callable, Sequence
 
 from lpes_harness.curves import smoothness
 from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
-from lpes_harness.search.operators import build_toolbox
+from lpes_harness.search.operators import MUTATIONS, build_toolbox
 
 STATE_FORMAT = 1
 EvaluateFn = Callable[[Any], "tuple[float, dict]"]
@@ -59,6 +65,7 @@ class SearchConfig:
     crossover_tries: int = 4  # N_ct (the paper: at most 4 tries)
     seed: int = 0
     cache_decimals: int = 6
+    mutation: str = "paper"  # "paper": Equation 4's intervals; "joint": the wider joint draw (operators.py)
 
     def __post_init__(self):
         for f in fields(self):
@@ -82,6 +89,8 @@ class SearchConfig:
             raise ValueError(f"crossover needs at least 2 parents, got num_parents={self.num_parents}")
         if not (self.mutation_x >= 0 and self.mutation_y >= 0):
             raise ValueError(f"mutation steps must be >= 0, got Mx={self.mutation_x}, My={self.mutation_y}")
+        if self.mutation not in MUTATIONS:
+            raise ValueError(f"mutation must be one of {', '.join(MUTATIONS)}, got {self.mutation!r}")
 
     def planned_individuals(self) -> int:
         """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""
@@ -89,6 +98,12 @@ class SearchConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def is_raced(individual) -> bool:
+    """Whether racing stopped this individual early: its fitness is then an upper bound only."""
+    info = getattr(individual, "info", None)
+    return isinstance(info, dict) and bool(info.get("raced"))
 
 
 def cache_key(scales: Sequence[float], decimals: int = 6) -> tuple[float, ...]:
@@ -139,6 +154,7 @@ class GeneticSearch:
             max_dy=config.mutation_y,
             crossover_tries=config.crossover_tries,
             num_parents=config.num_parents,
+            mutation=config.mutation,
         )
         self.cache: dict[tuple[float, ...], tuple[float, Any]] = {}
         self.population: list | None = None  # the population of `completed_generation`
@@ -277,12 +293,21 @@ class GeneticSearch:
     def _finish_generation(self, population: list) -> None:
         self.population = population
         self.completed_generation = self._generation
-        fitnesses = [individual.fitness.values[0] for individual in population]
-        best = max(population, key=lambda individual: individual.fitness.values[0])
+        # A raced-out individual has only an upper bound, not a fitness: the statistics use the
+        # complete ones, and count (and keep the bounds of) the raced ones apart.
+        complete = [i for i in population if not is_raced(i)]
+        raced = [i for i in population if is_raced(i)]
+        ranked = complete or population
+        best = max(ranked, key=lambda individual: individual.fitness.values[0])
+        fitnesses = [individual.fitness.values[0] for individual in complete]
         stats = {
             "generation": self._generation,
             "best_fitness": best.fitness.values[0],
-            "mean_fitness": sum(fitnesses) / len(fitnesses),
+            "mean_fitness": sum(fitnesses) / len(fitnesses) if fitnesses else None,
+            "complete": len(complete),
+            "raced_out": len(raced),
+            "fitnesses": fitnesses,
+            "raced_bounds": [individual.fitness.values[0] for individual in raced],
             "best_genome": [list(point) for point in best],
             "best_scales": list(best.scales),
             "processed": self.processed,
@@ -338,11 +363,14 @@ class GeneticSearch:
         """
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"unsupported search state format {state.get('format')!r}; expected {STATE_FORMAT}")
+        saved_sections = {"spec": state["spec"], "config": dict(state["config"])}
+        # Checkpoints from before the mutation option used the joint draw.
+        saved_sections["config"].setdefault("mutation", "joint")
         mismatches = [
             f"{name}: saved {saved!r}, now {current!r}"
             for section, now in (("spec", self.spec.to_dict()), ("config", self.config.to_dict()))
             for name, current in now.items()
-            if name != "generations" and (saved := state[section].get(name)) != current
+            if name != "generations" and (saved := saved_sections[section].get(name)) != current
         ]
         if mismatches:
             raise ValueError("the checkpoint was made with different settings: " + "; ".join(mismatches))

@@ -1,13 +1,26 @@
 """Variation and selection operators of the search, registered on a DEAP toolbox.
 
-* ``mutate``: every control point moves by at most ``Mx`` in x and ``My`` in y, in whole grid
-  steps. The paper's rule is "resample until valid" (inside the bounds, x strictly
-  increasing); we sample from exactly that distribution, uniform over the valid moves, but
-  without the rejection loop's vanishing acceptance rate (30 brute-force genes near the
-  bounds, or 5 points crowded on a small model): y moves are independent per point, so
-  each is redrawn on its own until in bounds; x moves are coupled by the order, so they are
-  drawn jointly by counting the valid placements (``_draw_xs``). A mutant equal to its
-  parent is redrawn, so every mutant is a new individual.
+* ``mutate``: every control point moves in whole grid steps, by at most ``Mx`` in x and
+  ``My`` in y. Two modes (``mutation=``):
+
+  - ``"paper"`` (default): the paper's Equation 4. Point ``k``'s new x is drawn from
+    ``[max(P_{k-1}, P_k - Mx), min(P_{k+1}, P_k + Mx)]`` with the *old* neighbours
+    ``P_{k-1}``, ``P_{k+1}`` (and ``0``, ``L-1`` at the ends); as x must strictly increase,
+    on the integer grid the old neighbours themselves are excluded:
+    ``x_{k-1}+1 .. x_{k+1}-1``. Its new y is drawn from
+    ``[max(y_min, y - My), min(y_max, y + My)]``. Two neighbours may still cross (point k
+    moving right while point k+1 moves left), so the draw is repeated until x is strictly
+    increasing, as the paper does; ``_draw_xs`` samples that distribution exactly, uniform
+    over the valid placements inside the intervals, without the rejection loop.
+  - ``"joint"``: wider than the paper: each x is drawn from ``[0, L-1] ∩ [P_k - Mx, P_k + Mx]``
+    and the draw is kept if the x order holds, so a point may jump past its neighbour's
+    old place when that neighbour moves too (common when points are closer than 2·Mx: two
+    thirds of the mutants of crowded 5-point genomes on 12 layers fall outside the paper's
+    intervals). The operator of the first releases.
+
+  In both, y moves are independent per point, each redrawn on its own until in bounds
+  (uniform over the clipped interval). A mutant equal to its parent is redrawn, so every
+  mutant is a new individual.
 * ``mate``: single-point crossover. A random index ``k`` is drawn and control point ``k`` is
   swapped between the parents, giving two children; the valid, new ones (not equal to a
   parent) are evaluated and the fitter is kept (the first child on a tie). Up to
@@ -31,6 +44,7 @@ from deap import base, tools
 from lpes_harness.search.genome import GenomeSpec, make_individual
 
 MAX_MUTATION_DRAWS = 100_000
+MUTATIONS = ("paper", "joint")
 
 
 def grid_steps(distance: float, step: float) -> int:
@@ -38,8 +52,29 @@ def grid_steps(distance: float, step: float) -> int:
     return int(math.floor(distance / step + 1e-9))
 
 
-def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, max_dy: float):
-    """DEAP-style in-place mutation; returns ``(individual,)`` with its fitness invalidated."""
+def x_intervals(xs: list[int], steps: int, last_cell: int, mode: str = "paper") -> list[range]:
+    """Grid cells each point's new x is drawn from (before the x order is enforced).
+
+    ``paper``: Equation 4 with the old neighbours, which the new x may not reach (x strictly
+    increases): ``max(x_{k-1} + 1, x_k - steps) .. min(x_{k+1} - 1, x_k + steps)``, with
+    ``-1`` and ``last_cell + 1`` as the outer neighbours. ``joint``: ``[0, last_cell]`` only.
+    """
+    if mode not in MUTATIONS:
+        raise ValueError(f"mutation {mode!r} is not one of {', '.join(MUTATIONS)}")
+    if mode == "joint":
+        return [range(max(0, x - steps), min(last_cell, x + steps) + 1) for x in xs]
+    before, after = [-1, *xs[:-1]], [*xs[1:], last_cell + 1]
+    return [range(max(lo + 1, x - steps), min(hi - 1, x + steps) + 1) for lo, x, hi in zip(before, xs, after)]
+
+
+def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, max_dy: float, mode: str = "paper"):
+    """DEAP-style in-place mutation; returns ``(individual,)`` with its fitness invalidated.
+
+    ``mode`` is ``"paper"`` (Equation 4: each x stays between its old neighbours) or
+    ``"joint"`` (wider: each x anywhere in ``[0, L-1]`` within ``Mx``); see the module docstring.
+    """
+    if mode not in MUTATIONS:
+        raise ValueError(f"mutation {mode!r} is not one of {', '.join(MUTATIONS)}")
     problems = spec.violations(individual)
     if problems:
         raise ValueError(f"cannot mutate an invalid genome {list(individual)}: {'; '.join(problems)}")
@@ -51,10 +86,18 @@ def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, m
             f"mutation cannot move anything: Mx={max_dx} is below the x step {spec.x_step} (or x is fixed) "
             f"and My={max_dy} is below the y step {spec.y_step}"
         )
+    xs = [i for i, _ in cells]
+    ranges = x_intervals(xs, sx, spec.x_cells, mode) if sx else [range(x, x + 1) for x in xs]
+    ways = _count_placements(ranges)
+    if ways[0] and sum(ways[0].values()) == 1 and (sy == 0 or spec.y_cells == 0):
+        raise ValueError(
+            f"mutation cannot move {list(individual)}: no x move of at most {max_dx} keeps x strictly increasing "
+            f"({mode} mode) and y cannot move (My={max_dy}, y range [{spec.y_min}, {spec.y_max}], step {spec.y_step})"
+        )
     for _ in range(MAX_MUTATION_DRAWS):
-        xs = _draw_xs([i for i, _ in cells], sx, spec.x_cells, rng)
+        new_xs = _draw_xs(ranges, ways, rng) if sx else xs
         ys = [_draw_y(j, sy, spec.y_cells, rng) for _, j in cells]
-        moved = list(zip(xs, ys))
+        moved = list(zip(new_xs, ys))
         if moved != cells:
             break
     else:
@@ -68,22 +111,24 @@ def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, m
     return (individual,)
 
 
-def _draw_xs(xs: list[int], steps: int, last_cell: int, rng: random.Random) -> list[int]:
-    """Uniform draw over all x moves of at most ``steps`` that stay in ``[0, last_cell]`` and increasing.
+def _count_placements(ranges: list[range]) -> list[dict[int, int]]:
+    """``ways[k][v]``: the strictly increasing placements of points k.. with point k at cell v."""
+    ways = [dict.fromkeys(ranges[-1], 1)]
+    for k in range(len(ranges) - 2, -1, -1):
+        after = ways[0]
+        ways.insert(0, {v: sum(n for w, n in after.items() if w > v) for v in ranges[k]})
+    return ways
+
+
+def _draw_xs(ranges: list[range], ways: list[dict[int, int]], rng: random.Random) -> list[int]:
+    """Uniform draw over the strictly increasing x placements with point k in ``ranges[k]``.
 
     That is the distribution "redraw until valid" samples from, computed exactly: plain
     rejection gets slow when points are crowded (5 points on 6 layers accept ~1 draw in 1000).
-    ``ways[k][v]`` counts the valid placements of points k.. when point k sits at cell v.
+    ``ways`` is :func:`_count_placements` of ``ranges``.
     """
-    if steps == 0:
-        return list(xs)
-    ranges = [range(max(0, x - steps), min(last_cell, x + steps) + 1) for x in xs]
-    ways = [dict.fromkeys(ranges[-1], 1)]
-    for k in range(len(xs) - 2, -1, -1):
-        after = ways[0]
-        ways.insert(0, {v: sum(n for w, n in after.items() if w > v) for v in ranges[k]})
     moved, previous = [], -1
-    for k in range(len(xs)):
+    for k in range(len(ranges)):
         choices = [(v, n) for v, n in ways[k].items() if v > previous and n > 0]
         pick = rng.randrange(sum(n for _, n in choices))
         for v, n in choices:
@@ -149,6 +194,7 @@ def build_toolbox(
     max_dy: float = 0.2,
     crossover_tries: int = 4,
     num_parents: int = 12,
+    mutation: str = "paper",
 ) -> base.Toolbox:
     """A DEAP toolbox with ``evaluate``, ``mutate``, ``mate`` and ``select`` bound to one search.
 
@@ -159,10 +205,12 @@ def build_toolbox(
         raise ValueError(f"crossover_tries (N_ct) must be >= 1, got {crossover_tries}")
     if max_dx < 0 or max_dy < 0:
         raise ValueError(f"mutation steps must be >= 0, got Mx={max_dx}, My={max_dy}")
+    if mutation not in MUTATIONS:
+        raise ValueError(f"mutation {mutation!r} is not one of {', '.join(MUTATIONS)}")
     toolbox = base.Toolbox()
     toolbox.register("evaluate", evaluate)
     toolbox.register("clone", make_individual)
-    toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy)
+    toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy, mode=mutation)
     toolbox.register(
         "mate", mate, spec=spec, rng=rng, evaluate=evaluate, mutate_fallback=toolbox.mutate, max_tries=crossover_tries
     )
