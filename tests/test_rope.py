@@ -1,9 +1,11 @@
-"""The paper's claims about layer-specific position scaling, on tiny Llama/Qwen2/Mistral."""
+"""The paper's claims about layer-specific position scaling, on tiny Llama/Qwen2/Mistral (and Gemma-3,
+dynamic NTK, LongRoPE for the mechanism; every family is in test_families.py)."""
 
 import math
 
 import pytest
 import torch
+from test_families import BY_NAME, LENGTH, build, reference_logits
 from tiny_models import ARCHITECTURES, random_ids, tiny_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -138,15 +140,117 @@ def test_set_scales_in_place_and_remove_restores_exactly():
     assert all(len(layer._forward_pre_hooks) == 0 for layer in model.model.layers)
 
 
-def test_one_extra_rope_computation_per_forward():
+def count_rotary_computations(monkeypatch, model):
+    """Counters of the model's own rotary_emb calls and of LPES's extra (cos, sin) computations."""
+    counts = {"model": 0, "lpes": 0}
+    model.base_model.rotary_emb.register_forward_hook(lambda *_: counts.__setitem__("model", counts["model"] + 1))
+    original = rope._RotaryFunction.__call__
+
+    def counted(self, bound):
+        counts["lpes"] += 1
+        return original(self, bound)
+
+    monkeypatch.setattr(rope._RotaryFunction, "__call__", counted)
+    return counts
+
+
+def test_one_extra_rope_computation_per_forward(monkeypatch):
     model = tiny_model("llama")
-    calls = []
-    original = model.model.rotary_emb.forward
-    model.model.rotary_emb.forward = lambda *a, **k: calls.append(1) or original(*a, **k)
+    counts = count_rotary_computations(monkeypatch, model)
     rope.install(model, [1.5, 1.7, 2.0, 1.0])
+    counts["lpes"] = 0  # install's own check of the rotary output
+    for _ in range(2):
+        logits(model, random_ids(16))
+    # Per forward: 1 call by the model itself + 1 for all distinct non-1 scales together.
+    assert counts == {"model": 2, "lpes": 2}
+    rope.set_scales(model, 1.0)
     logits(model, random_ids(16))
-    # 1 call by the model itself + 1 for all distinct non-1 scales together.
-    assert len(calls) == 2
+    assert counts == {"model": 3, "lpes": 2}, "all-ones computes nothing extra"
+
+
+def test_one_extra_rope_computation_per_layer_type_on_gemma3(monkeypatch):
+    model = build(BY_NAME["gemma3"])  # layer types: sliding, full, sliding, full
+    counts = count_rotary_computations(monkeypatch, model)
+    rope.install(model, [1.7, 1.0, 0.8, 1.7])  # sliding {1.7, 0.8}, full {1.7}
+    counts["lpes"] = 0  # install's own check of the rotary output
+    with torch.no_grad():
+        generated = model.generate(random_ids(16), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert generated.shape[1] == 19
+    # Per forward (1 prefill + 2 decoding steps): the model calls rotary_emb once per layer type,
+    # LPES computes once per (call, set of scales): one stacked call for the sliding layers, one for the full.
+    assert counts == {"model": 6, "lpes": 6}
+    rope.set_scales(model, [1.0, 1.3, 1.0, 1.0])  # only a full layer is scaled
+    logits(model, random_ids(16))
+    assert counts == {"model": 8, "lpes": 7}
+
+
+def test_gemma3_each_layer_is_scaled_from_its_own_layer_types_rope():
+    """The issue's case: a scaled sliding layer must be scaled from the sliding (10k) RoPE, a full
+    layer from the full one, whichever order the model calls them in."""
+    model = build(BY_NAME["gemma3"])
+    ids = random_ids(40)
+    vanilla = logits(model, ids)
+    for layer in range(4):
+        scales = [1.0] * 4
+        scales[layer] = 1 + 1e-6
+        rope.install(model, scales)
+        assert (logits(model, ids) - vanilla).abs().max() < 1e-5, f"layer {layer}"
+        rope.remove(model)
+
+
+@pytest.mark.parametrize("family", ["llama-dynamic", "phi3-longrope"])
+def test_frequencies_are_chosen_from_the_true_positions(family):
+    """Dynamic NTK / LongRoPE: a layer's (cos, sin) do not depend on the other layers' scales.
+
+    The input (40 tokens) is past both models' threshold (32): vanilla uses the extended
+    frequencies. A layer at scale 2 sees positions below the threshold, another at 0.5 far
+    above it; neither may change which frequencies the first one gets.
+    """
+    ids = random_ids(LENGTH)
+    seen = {}
+    for others in (1.0, 0.5, 2.0):
+        model = build(BY_NAME[family])
+        scales = [2.0, others, others, others]
+        rope.install(model, scales)
+        captured = []
+        model.base_model.layers[0].register_forward_pre_hook(
+            lambda module, args, kwargs: captured.append(kwargs["position_embeddings"]), with_kwargs=True
+        )
+        layer0_out = []
+        model.base_model.layers[0].register_forward_hook(lambda m, a, out: layer0_out.append(out[0] if isinstance(out, tuple) else out))
+        out = logits(model, ids)
+        rotary = model.base_model.rotary_emb
+        assert not torch.equal(rotary.inv_freq, rotary.original_inv_freq), "the input must be past the threshold"
+        seen[others] = (captured[0], layer0_out[0], out)
+        # and the frequencies are those of vanilla at the true positions
+        torch.testing.assert_close(out, reference_logits(model, ids, scales, BY_NAME[family]), rtol=1e-4, atol=1e-4)
+    for others in (0.5, 2.0):
+        for ours, alone in zip(seen[others][0], seen[1.0][0]):
+            assert torch.equal(ours, alone), f"layer 0's (cos, sin) changed with the other layers at {others}"
+        assert torch.equal(seen[others][1], seen[1.0][1]), "layer 0's output changed with the other layers' scales"
+
+
+def test_lpes_leaves_the_rotary_module_state_alone():
+    """The scaled positions never reach dynamic NTK's update: the module is as vanilla leaves it."""
+    model, twin = build(BY_NAME["llama-dynamic"]), build(BY_NAME["llama-dynamic"])
+    rope.install(model, [0.25, 1.0, 1.0, 1.0])  # layer 0 sees positions up to 4x the true ones
+    ids = random_ids(LENGTH)
+    logits(model, ids)
+    logits(twin, ids)
+    for name in ("inv_freq", "original_inv_freq"):
+        assert torch.equal(getattr(model.model.rotary_emb, name), getattr(twin.model.rotary_emb, name))
+    assert model.model.rotary_emb.max_seq_len_cached == twin.model.rotary_emb.max_seq_len_cached
+
+
+def test_position_embeddings_from_elsewhere_are_refused_not_guessed():
+    model = tiny_model("llama")
+    replace = lambda module, args, kwargs: (args, dict(kwargs, position_embeddings=tuple(t.clone() for t in kwargs["position_embeddings"])))  # noqa: E731
+    model.model.layers[2].register_forward_pre_hook(replace, with_kwargs=True)
+    rope.install(model, [1.0, 1.0, 1.5, 1.0])
+    with pytest.raises(RuntimeError, match="layer 2 of model type 'llama'.*not supported"):
+        logits(model, random_ids(8))
+    rope.set_scales(model, [1.5, 1.0, 1.0, 1.0])  # the other layers are fine
+    logits(model, random_ids(8))
 
 
 def test_scales_are_kept_through_save_pretrained(tmp_path):

@@ -71,3 +71,33 @@ def save_tiny_checkpoint(path, arch: str = "llama", seed: int = 0):
     model.save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return str(path)
+
+
+# ----------------------------------------------------------------------------- other families
+
+# What every family's tiny config gets (a row's overrides win): the sizes above, and special
+# token ids inside the tiny vocabulary (some configs default to ids like 32000).
+FAMILY_COMMON = dict(_COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def tiny_family_model(config_class: str, model_class: str, seed: int = 0, attn_implementation: str = "sdpa", **overrides):
+    """A tiny random model of any transformers family, by class names; ``None`` if transformers lacks it.
+
+    Like :func:`tiny_model`: weights inside the decoder layers are scaled up so that
+    attention is far from uniform and position changes show in the logits.
+    """
+    import transformers
+
+    config_cls, model_cls = getattr(transformers, config_class, None), getattr(transformers, model_class, None)
+    if config_cls is None or model_cls is None:
+        return None
+    config = config_cls(**dict(FAMILY_COMMON, **overrides))
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2 and (".layers." in name or ".h." in name):
+                param.mul_(4.0)
+    model.generation_config.eos_token_id = None
+    return model.eval()
