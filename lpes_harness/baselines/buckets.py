@@ -60,7 +60,7 @@ def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -
     """Make row block k of every batch use RoPE base ``bases[k]``. Inputs must be repeated K times."""
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("Attention Buckets is already installed on this model; call buckets.remove(model) first")
-    parts = rope.find_rope_parts(model)
+    parts = _common.check_model(model, "buckets_hf", rewrites_attention=False)
     theta = _common.rope_theta(model)
     absolute = resolve_bases(model, bases, absolute_bases)
     inv_freq = torch.stack([_common.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])

@@ -149,7 +149,7 @@ def install(
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("MoICE is already installed on this model; call moice.remove(model) first")
     _common.check_attention_implementation(model, "moice_hf")
-    parts = rope.find_rope_parts(model)
+    parts = _common.check_model(model, "moice_hf", rewrites_attention=True)
     theta = _common.rope_theta(model)
     saved = read_gates(gates) if gates else None
     if saved is not None and bases is None:

@@ -171,7 +171,7 @@ def install(
     min_ratio, max_ratio = float(min_ratio), float(max_ratio)
     check_arguments(min_ratio, max_ratio, head_mapping, head_order)
     _common.check_attention_implementation(model, "mspoe_hf")
-    parts = rope.find_rope_parts(model)
+    parts = _common.check_model(model, "mspoe_hf", rewrites_attention=True)
     chosen = _common.parse_layers(layers, len(parts.layers), default_start=2)
     state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, _common.PositionRecorder(parts.rotary_emb))
     for index in chosen:
