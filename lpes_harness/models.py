@@ -94,5 +94,5 @@ def load_causal_lm(
         model_kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(pretrained, **model_kwargs)
     model.to(device or default_device()).eval()
-    rope.find_rope_parts(model)  # fail early, with a clear message, on models without RoPE
+    rope.check_supported(model)  # fail early, with a clear message, on models LPES cannot scale
     return model, tokenizer

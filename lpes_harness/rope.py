@@ -184,7 +184,7 @@ class _RotaryFunction:
 
     def __init__(self, rotary_emb: nn.Module, model_type: str):
         self.module = rotary_emb
-        self.function, self.undecorated = _undecorated_forward(type(rotary_emb).forward)
+        self.function = _undecorated_forward(type(rotary_emb).forward)
         self.signature = inspect.signature(self.function)
         names = list(self.signature.parameters)
         if "position_ids" not in names or len(names) < 3:
@@ -192,8 +192,7 @@ class _RotaryFunction:
                 f"model type '{model_type}': its rotary embedding {type(rotary_emb).__name__}.forward"
                 f"{self.signature} takes no `position_ids`, so LPES cannot recompute it at other positions"
             )
-        self.self_name, self.x_name = names[0], names[1]
-        self.extra = [n for n in names[2:] if n != "position_ids"]
+        self.extra = [n for n in names[2:] if n != "position_ids"]  # after self and x
 
     def bind(self, args: tuple, kwargs: dict) -> inspect.BoundArguments:
         bound = self.signature.bind(self.module, *args, **kwargs)
@@ -210,20 +209,21 @@ class _RotaryFunction:
             return self.function(*bound.args, **bound.kwargs)
 
 
-def _undecorated_forward(forward: Callable) -> tuple[Callable, bool]:
-    """``forward`` without transformers' ``dynamic_rope_update`` wrapper (and what sits above it)."""
+def _undecorated_forward(forward: Callable) -> Callable:
+    """``forward`` without transformers' ``dynamic_rope_update`` wrapper (and what sits above it,
+    ``torch.no_grad``, which :class:`_RotaryFunction` applies itself); ``forward`` if it has none."""
     try:
         from transformers.modeling_rope_utils import dynamic_rope_update
 
         marker = dynamic_rope_update(lambda self, x, position_ids: None).__code__
     except ImportError:  # pragma: no cover - older transformers
-        return forward, False
+        return forward
     function = forward
     while function is not None:
         if getattr(function, "__code__", None) is marker:
-            return function.__wrapped__, True
+            return function.__wrapped__
         function = getattr(function, "__wrapped__", None)
-    return forward, False
+    return forward
 
 
 def _hashable(value):
@@ -244,8 +244,9 @@ def _is_cos_sin(output) -> bool:
 
 def _describe(output) -> str:
     if isinstance(output, torch.Tensor):
-        kind = "complex" if output.is_complex() else str(output.dtype).replace("torch.", "")
-        return f"a single {kind} tensor"
+        if output.is_complex():
+            return "one complex tensor (`freqs_cis`, rotations as complex numbers)"
+        return f"one {str(output.dtype).replace('torch.', '')} tensor"
     if isinstance(output, (tuple, list)):
         return f"a {type(output).__name__} of {len(output)}"
     return type(output).__name__
@@ -270,10 +271,9 @@ def _probe_rotary(parts: RoPEParts, rotary: _RotaryFunction, config) -> None:
     position_ids = torch.arange(2, device=device)[None]
     output = rotary(rotary.bind((x, position_ids), extra))
     if not _is_cos_sin(output):
-        reason = " (complex `freqs_cis`)" if isinstance(output, torch.Tensor) and output.is_complex() else ""
         raise RoPENotFoundError(
             f"model type '{parts.model_type}': its rotary embedding {type(parts.rotary_emb).__name__} returns "
-            f"{_describe(output)}{reason}, not a (cos, sin) pair, and its layers apply it their own way; "
+            f"{_describe(output)}, not a (cos, sin) pair, and its layers apply it their own way; "
             f"LPES supports {_SUPPORTED}."
         )
 

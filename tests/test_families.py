@@ -119,11 +119,14 @@ FAMILIES = [
            checked="NoPE every 4th layer"),
     Family("cohere2", "Cohere2Config", "Cohere2ForCausalLM", dict(sliding_window=8, logit_scale=1.0),
            layout="interleaved", nope=(3,), checked="NoPE full-attention layers"),
+    Family("exaone4", "Exaone4Config", "Exaone4ForCausalLM",
+           dict(sliding_window=8, layer_types=["sliding_attention"] * 3 + ["full_attention"]), nope=(3,),
+           baselines=frozenset({"buckets"}), checked="NoPE global layers"),
     Family("falcon", "FalconConfig", "FalconForCausalLM", dict(new_decoder_architecture=True, num_kv_heads=2),
            baselines=frozenset({"buckets"}), checked="layers in `h`, fused qkv"),
     Family("falcon-alibi", "FalconConfig", "FalconForCausalLM", dict(alibi=True), refused=r"'falcon'.*ALiBi"),
     Family("llama4", "Llama4TextConfig", "Llama4ForCausalLM", dict(head_dim=16, num_local_experts=2, intermediate_size_mlp=128),
-           refused=r"'llama4_text'.*complex `freqs_cis`"),
+           refused=r"'llama4_text'.*complex tensor \(`freqs_cis`"),
 ]
 SUPPORTED = [f for f in FAMILIES if f.refused is None]
 REFUSED = [f for f in FAMILIES if f.refused is not None]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from test_families import BY_NAME, LENGTH, build, reference_logits
-from tiny_models import ARCHITECTURES, random_ids, tiny_model
+from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3_multimodal, tiny_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lpes_harness import rope
@@ -195,6 +195,21 @@ def test_gemma3_each_layer_is_scaled_from_its_own_layer_types_rope():
         scales[layer] = 1 + 1e-6
         rope.install(model, scales)
         assert (logits(model, ids) - vanilla).abs().max() < 1e-5, f"layer {layer}"
+        rope.remove(model)
+
+
+def test_gemma3_inside_its_vision_wrapper_is_found_and_scaled():
+    model = tiny_gemma3_multimodal()
+    assert rope.num_layers(model) == 4
+    ids = random_ids(40, vocab=90)  # text tokens only
+    vanilla = logits(model, ids)
+    for layer in range(4):
+        scales = [1.0] * 4
+        scales[layer] = 1 + 1e-6
+        rope.install(model, scales)
+        assert (logits(model, ids) - vanilla).abs().max() < 1e-5, f"layer {layer}"
+        rope.set_scales(model, [1.7, 1.0, 0.8, 1.7])
+        assert (logits(model, ids) - vanilla).abs().max() > 1e-2
         rope.remove(model)
 
 

@@ -101,3 +101,17 @@ def tiny_family_model(config_class: str, model_class: str, seed: int = 0, attn_i
                 param.mul_(4.0)
     model.generation_config.eos_token_id = None
     return model.eval()
+
+
+def tiny_gemma3_multimodal(seed: int = 0):
+    """Gemma-3 as AutoModelForCausalLM loads gemma-3-4b and up: the text decoder inside a vision wrapper."""
+    import transformers
+
+    text = dict(FAMILY_COMMON, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+    config = transformers.Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=93, eoi_token_index=94, image_token_index=95
+    )
+    torch.manual_seed(seed)
+    return transformers.Gemma3ForConditionalGeneration(config).eval()

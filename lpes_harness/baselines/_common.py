@@ -203,7 +203,7 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
         raise _refuse(who, model_type, f"its rotary embedding {type(rotary).__name__} has no `inv_freq`", plain)
     device = rotary.inv_freq.device
     position_ids = torch.arange(8, device=device)[None]
-    forward, _ = rope._undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
+    forward = rope._undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
     with torch.no_grad():
         own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids)
     ours = cos_sin(position_ids, rotary.inv_freq, rotary.attention_scaling, torch.float32)
