@@ -140,7 +140,8 @@ def find_rope_parts(model: nn.Module) -> RoPEParts:
         candidate = _attribute_path(model, path)
         if candidate is None or not isinstance(getattr(candidate, "rotary_emb", None), nn.Module):
             continue
-        layers = next((getattr(candidate, n) for n in _LAYER_LISTS if isinstance(getattr(candidate, n, None), nn.ModuleList)), None)
+        lists = [getattr(candidate, name, None) for name in _LAYER_LISTS]
+        layers = next((found for found in lists if isinstance(found, nn.ModuleList)), None)
         if layers is not None:
             decoder = candidate
             break

@@ -125,7 +125,8 @@ FAMILIES = [
     Family("falcon", "FalconConfig", "FalconForCausalLM", dict(new_decoder_architecture=True, num_kv_heads=2),
            baselines=frozenset({"buckets"}), checked="layers in `h`, fused qkv"),
     Family("falcon-alibi", "FalconConfig", "FalconForCausalLM", dict(alibi=True), refused=r"'falcon'.*ALiBi"),
-    Family("llama4", "Llama4TextConfig", "Llama4ForCausalLM", dict(head_dim=16, num_local_experts=2, intermediate_size_mlp=128),
+    Family("llama4", "Llama4TextConfig", "Llama4ForCausalLM",
+           dict(head_dim=16, num_local_experts=2, intermediate_size_mlp=128),
            refused=r"'llama4_text'.*complex tensor \(`freqs_cis`"),
 ]
 SUPPORTED = [f for f in FAMILIES if f.refused is None]
@@ -189,7 +190,10 @@ def reference_logits(model, ids, scales, family: Family):
 
         return hook
 
-    handles = [layer.register_forward_pre_hook(patch(i, s), with_kwargs=True) for i, (layer, s) in enumerate(zip(layers, scales))]
+    handles = [
+        layer.register_forward_pre_hook(patch(index, scale), with_kwargs=True)
+        for index, (layer, scale) in enumerate(zip(layers, scales))
+    ]
     try:
         return logits(model, ids, position_ids=positions)
     finally:

@@ -232,7 +232,9 @@ def test_frequencies_are_chosen_from_the_true_positions(family):
             lambda module, args, kwargs: captured.append(kwargs["position_embeddings"]), with_kwargs=True
         )
         layer0_out = []
-        model.base_model.layers[0].register_forward_hook(lambda m, a, out: layer0_out.append(out[0] if isinstance(out, tuple) else out))
+        model.base_model.layers[0].register_forward_hook(
+            lambda module, args, out: layer0_out.append(out[0] if isinstance(out, tuple) else out)
+        )
         out = logits(model, ids)
         rotary = model.base_model.rotary_emb
         assert not torch.equal(rotary.inv_freq, rotary.original_inv_freq), "the input must be past the threshold"
@@ -259,8 +261,10 @@ def test_lpes_leaves_the_rotary_module_state_alone():
 
 def test_position_embeddings_from_elsewhere_are_refused_not_guessed():
     model = tiny_model("llama")
-    replace = lambda module, args, kwargs: (args, dict(kwargs, position_embeddings=tuple(t.clone() for t in kwargs["position_embeddings"])))  # noqa: E731
-    model.model.layers[2].register_forward_pre_hook(replace, with_kwargs=True)
+    def copy_position_embeddings(module, args, kwargs):  # same values, but not the rotary call's tensors
+        return args, dict(kwargs, position_embeddings=tuple(t.clone() for t in kwargs["position_embeddings"]))
+
+    model.model.layers[2].register_forward_pre_hook(copy_position_embeddings, with_kwargs=True)
     rope.install(model, [1.0, 1.0, 1.5, 1.0])
     with pytest.raises(RuntimeError, match="layer 2 of model type 'llama'.*not supported"):
         logits(model, random_ids(8))

@@ -109,9 +109,11 @@ def tiny_gemma3_multimodal(seed: int = 0):
 
     text = dict(FAMILY_COMMON, head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
                 layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
     config = transformers.Gemma3Config(
-        text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=93, eoi_token_index=94, image_token_index=95
+        text_config=text, vision_config=vision, mm_tokens_per_image=4,
+        boi_token_index=93, eoi_token_index=94, image_token_index=95,  # kept out of the text ids the test uses
     )
     torch.manual_seed(seed)
     return transformers.Gemma3ForConditionalGeneration(config).eval()

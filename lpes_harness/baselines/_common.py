@@ -222,7 +222,8 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
         raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this baseline rotates every layer", plain)
     for name in ("attn_logit_softcapping", "clip_qkv"):
         if getattr(config, name, None) is not None:
-            raise _refuse(who, model_type, f"its attention uses {name}={getattr(config, name)!r}, which this baseline does not re-implement", plain)
+            reason = f"its attention uses {name}={getattr(config, name)!r}, which this baseline does not re-implement"
+            raise _refuse(who, model_type, reason, plain)
     for index, layer in enumerate(parts.layers):
         attn = getattr(layer, "self_attn", None)
         children = set(dict(attn.named_children())) if attn is not None else set()
@@ -247,7 +248,8 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
             if weight is not None and weight.shape[-1] != head_dim:
                 raise _refuse(
                     who, model_type,
-                    f"its {norm} normalises all heads together ({weight.shape[-1]} values), this baseline normalises per head",
+                    f"its {norm} normalises all heads together ({weight.shape[-1]} values), "
+                    f"this baseline normalises per head",
                     plain,
                 )
     if model_type not in VERIFIED_ATTENTION:
