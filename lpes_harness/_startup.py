@@ -11,8 +11,12 @@ executed, then
 - after ``lm_eval.tasks.manager``: makes every ``TaskManager`` that includes lm-eval's
   default tasks also include ours, so ``--tasks kv_retrieval`` works without
   ``--include_path``;
-- after ``lm_eval.evaluator``: checks the options and data files of our position tasks
-  before ``simple_evaluate`` loads the model (it builds tasks only after the model).
+- after ``lm_eval.evaluator``: checks the options and data files of our position tasks,
+  and ``lpes_hf``'s scale arguments, before ``simple_evaluate`` loads the model (it builds
+  tasks only after the model);
+- after ``lm_eval.config.evaluate_config``: checks ``lpes_hf``'s scale arguments as soon as
+  the command line is read, before lm-eval indexes its tasks (seconds) or loads the model: a
+  bad value ends the command with exit code 2 and one line, like an argparse ``error:``.
 
 Set ``LPES_NO_AUTO_TASKS=1`` to keep lm-eval's task list untouched.
 """
@@ -71,6 +75,32 @@ def add_our_tasks_to_task_manager(manager_module) -> None:
     task_manager.__init__ = __init__
 
 
+# Models whose arguments are lpes_hf's (scales, control_points, curve, pi).
+SCALES_MODELS = ("lpes_hf",)
+
+
+def model_args_error(model, model_args):
+    """One line saying what is wrong with ``model_args`` for one of our models, or None.
+
+    Cheap: no torch; the layer count comes from the model's config.json or GGUF header.
+    """
+    if not isinstance(model, str) or model not in SCALES_MODELS or not model_args:
+        return None
+    if isinstance(model_args, str):
+        from lm_eval.utils import simple_parse_args_string
+
+        model_args = simple_parse_args_string(model_args)
+    from lpes_harness.scales_file import check_model_args
+
+    try:
+        check_model_args(model_args)
+    except ValueError as err:
+        return " ".join(str(err).split())
+    except Exception:  # a bug of ours must not stop lm-eval: the model load checks again
+        return None
+    return None
+
+
 def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
     """simple_evaluate loads the model before the tasks: check our tasks' options first."""
     original = evaluator_module.simple_evaluate
@@ -84,6 +114,12 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
 
         task_manager = kwargs.get("task_manager")
         metadata = kwargs.get("metadata") or getattr(task_manager, "metadata", None)
+        model = kwargs.get("model", args[0] if args else None)
+        error = model_args_error(model, kwargs.get("model_args", args[1] if len(args) > 1 else None))
+        if error:
+            from lpes_harness.scales_file import ScalesError
+
+            raise ScalesError(error)
         precheck(kwargs.get("tasks"), metadata, kwargs.get("model_args"))
         return original(*args, **kwargs)
 
@@ -91,11 +127,39 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
     evaluator_module.simple_evaluate = simple_evaluate
 
 
+def check_model_args_on_the_command_line(config_module) -> None:
+    """lm_eval's command line: a bad lpes_hf scale argument exits 2 before tasks or model load."""
+    config_class = config_module.EvaluatorConfig
+    if getattr(config_class.from_cli, "_lpes_wrapped", False):
+        return
+    import functools
+
+    original = config_class.from_cli.__func__
+
+    @functools.wraps(original)
+    def from_cli(cls, namespace):
+        config = original(cls, namespace)
+        error = model_args_error(config.model, config.model_args)
+        if error:
+            sys.stderr.write(f"{_program()}: error: argument --model_args: {error}\n")
+            raise SystemExit(2)
+        return config
+
+    from_cli._lpes_wrapped = True
+    config_class.from_cli = classmethod(from_cli)
+
+
+def _program() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "lm_eval"
+    return "lm_eval" if name in ("__main__.py", "-c", "") else name
+
+
 # module name -> what to run right after lm-eval executes it
 _AFTER_IMPORT = {
     "lm_eval.api.registry": register_lazy_models,
     "lm_eval.tasks.manager": add_our_tasks_to_task_manager,
     "lm_eval.evaluator": check_position_tasks_before_the_model_loads,
+    "lm_eval.config.evaluate_config": check_model_args_on_the_command_line,
 }
 
 

@@ -98,7 +98,7 @@ def _short(value: float) -> str:
 
 def validate_control_points(
     points: Iterable[Sequence[float]],
-    num_layers: int,
+    num_layers: int | None,
     y_bounds: tuple[float, float] | None = None,
 ) -> ControlPoints:
     """Check control points for a model with ``num_layers`` layers and return them as float pairs.
@@ -106,10 +106,13 @@ def validate_control_points(
     Accepted: at least 2 points, finite numbers, ``x`` strictly increasing inside
     ``[0, num_layers - 1]``, and ``y`` inside ``y_bounds = (lo, hi)`` (inclusive), or ``y > 0``
     when no bounds are given (a scale must be positive). Errors name the offending point.
+    ``num_layers=None`` checks all but the upper x bound (the model is not known yet).
     """
-    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 2:
+    if num_layers is not None and (
+        isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 2
+    ):
         raise ValueError(f"num_layers must be an integer >= 2, got {num_layers!r}")
-    num_layers = int(num_layers)
+    num_layers = None if num_layers is None else int(num_layers)
     if y_bounds is not None:
         lo, hi = (float(b) for b in y_bounds)
         if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
@@ -125,7 +128,9 @@ def validate_control_points(
             raise ValueError(f"control point {index} {point!r} is not an (x, y) pair of numbers") from None
         if not (math.isfinite(x) and math.isfinite(y)):
             raise ValueError(f"control point {index} ({x}, {y}) is not finite; x and y must be finite numbers")
-        if not 0 <= x <= num_layers - 1:
+        if x < 0 and num_layers is None:
+            raise ValueError(f"control point {index} ({_short(x)}, {_short(y)}): x={_short(x)} is negative; x is a layer index, 0 .. L-1")
+        if num_layers is not None and not 0 <= x <= num_layers - 1:
             raise ValueError(
                 f"control point {index} ({_short(x)}, {_short(y)}): x={_short(x)} is outside [0, {num_layers - 1}] "
                 f"(x is a layer index of a {num_layers}-layer model)"

@@ -2,8 +2,9 @@
 
 ``lpes-eval`` takes exactly the arguments of ``lm_eval``. It exists for environments
 where the start-up ``.pth`` hook is not active (e.g. ``python -S``, or an install
-that skipped the .pth file): it registers our models explicitly, then runs lm-eval's
-own command line.
+that skipped the .pth file): it registers our models explicitly and installs the same
+early checks (task options, and ``lpes_hf``'s scale arguments: exit code 2 and one line
+before any model loads), then runs lm-eval's own command line.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ import sys
 
 
 def register() -> None:
-    """Register our lm-eval models (lazily: nothing heavy is imported here) and tasks."""
+    """Register our lm-eval models (lazily: nothing heavy is imported here) and tasks, and
+    install the start-up hook's early checks (for lm-eval modules imported from now on too)."""
     import lm_eval.api.registry as registry
     import lm_eval.tasks.manager as manager
 
-    from lpes_harness._startup import add_our_tasks_to_task_manager, register_lazy_models
+    from lpes_harness import _startup
 
-    register_lazy_models(registry)
-    add_our_tasks_to_task_manager(manager)
+    _startup.register_lazy_models(registry)
+    _startup.add_our_tasks_to_task_manager(manager)
+    _startup.install()  # the evaluator and command-line checks, now or when lm-eval imports them
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from tiny_models import save_tiny_checkpoint
 
 from lpes_harness import curves, rope
 from lpes_harness.lm import LPESLM, parse_scales
-from lpes_harness.scales_file import ScalesFileError, write_scales_file
+from lpes_harness.scales_file import ScalesError, ScalesFileError, write_scales_file
 
 REQUESTS = [("The quick brown", " fox jumps"), ("Lost in the", " middle of it"), ("abc", "def")]
 
@@ -85,17 +85,30 @@ def test_set_scales_in_place_matches_a_fresh_model(checkpoint):
 def test_bad_scales_fail_before_the_model_loads(tmp_path):
     # No checkpoint exists at this path: the scales error must come first.
     missing_model = str(tmp_path / "no_model_here")
-    with pytest.raises(rope.LPESError, match="scales='fast' is not understood"):
+    with pytest.raises(ScalesError, match="scales='fast' is not understood"):
         LPESLM(pretrained=missing_model, scales="fast")
-    with pytest.raises(ScalesFileError, match="scales file not found"):
+    with pytest.raises(ScalesFileError, match="scales=nowhere/scales.json: scales file not found"):
         LPESLM(pretrained=missing_model, scales="nowhere/scales.json")
-    with pytest.raises(rope.LPESError, match="either scales=... or control_points"):
+    with pytest.raises(ScalesError, match="both given; give either, not both"):
         LPESLM(pretrained=missing_model, scales=1.2, control_points="0:1;3:1")
+    with pytest.raises(ScalesError, match="curve='spline' is not a curve; accepted: bezier, linear, step"):
+        LPESLM(pretrained=missing_model, control_points="0:1;3:1", curve="spline")
+    with pytest.raises(ScalesError, match="control_points='0:1;3:1;2:1': control point 2"):
+        LPESLM(pretrained=missing_model, control_points="0:1;3:1;2:1")
+    with pytest.raises(ScalesError, match="pi=maybe|pi='maybe' is not allowed; give true or false"):
+        LPESLM(pretrained=missing_model, scales=1.2, pi="maybe")
 
 
 def test_wrong_scale_count_names_both_numbers(checkpoint):
-    with pytest.raises(rope.LPESError, match="got 3 scales but the model has 4 decoder layers"):
+    with pytest.raises(ScalesError, match="scales='1;1;1' gives 3 scales but the model has 4 decoder layers"):
         LPESLM(pretrained=checkpoint, scales="1;1;1", device="cpu")
+
+
+def test_pi_alone_averages_the_saved_scales_and_is_an_error_without_any(checkpoint, tmp_path):
+    with pytest.raises(ScalesError, match="pi=true has nothing to average"):
+        LPESLM(pretrained=checkpoint, pi=True, device="cpu")
+    LPESLM(pretrained=checkpoint, scales="1.0;1.2;1.4;1.6", device="cpu").save_pretrained(str(tmp_path / "saved"))
+    assert LPESLM(pretrained=str(tmp_path / "saved"), pi=True, device="cpu").scales == pytest.approx([1.3] * 4)
 
 
 def test_malformed_scales_file_reports_the_line(tmp_path):
