@@ -82,17 +82,85 @@ def test_a_sequence_longer_than_the_window_is_cut_from_the_left_as_lm_eval_does(
         assert mine.logprob == pytest.approx(logprob, abs=1e-3) and mine.is_greedy == is_greedy
 
 
+def answering_checkpoint(path) -> str:
+    """A tiny llama whose greedy next character is a function of the current one: ':' -> ' ',
+    ' ' -> 'z', 'z' -> 'z'. After a KV prompt ("... Corresponding value:") it answers " zzzz...".
+
+    Attention and MLP write nothing (o_proj, down_proj = 0), so the last hidden state is the
+    token's own embedding; the output rows of ' ' and 'z' are the normalised embeddings of
+    the tokens that must lead to them (random 64-d vectors: each nearly orthogonal to the rest).
+    """
+    import json
+
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    model = tiny_model("llama")
+    tokenizer = tiny_tokenizer()
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
+    ids = {char: tokenizer.convert_tokens_to_ids(char) for char in ": z"}
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = model.model.embed_tokens.weight
+        normed = embeddings / embeddings.pow(2).mean(-1, keepdim=True).sqrt()
+        head = torch.zeros_like(model.lm_head.weight)
+        head[ids[" "]] = 10 * normed[ids[":"]]
+        head[ids["z"]] = 10 * (normed[ids[" "]] + normed[ids["z"]])
+        model.lm_head.weight.copy_(head)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 4
+    return str(path)
+
+
+def kv_records(path, count=40):
+    """LitM KV records; every other gold value is what the answering model writes."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    with open(path, "w") as handle:
+        for index in range(count):
+            value = "zzzzzzzz" if index % 2 == 0 else "qqqqqqqq"
+            pairs = [[f"{rng.getrandbits(32):08x}", f"{rng.getrandbits(32):08x}"] for _ in range(3)]
+            gold = [f"{rng.getrandbits(32):08x}", value]
+            pairs.insert(index % 4, gold)
+            handle.write(json.dumps({"ordered_kv_records": pairs, "key": gold[0], "value": gold[1]}) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def answering(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("answering")
+    (folder / "model").mkdir()
+    lm = LPESLM(pretrained=answering_checkpoint(folder / "model"), device="cpu", scales="1.3")
+    return lm, kv_records(folder / "kv.jsonl")
+
+
+def test_the_answering_model_writes_the_gold_value_greedily(answering):
+    lm, _ = answering
+    context = 'Key: "1a2b3c4d"\nCorresponding value:'
+    assert greedy_continuation(lm, context, 5) == " zzzz"
+
+
 @pytest.mark.parametrize("mode", ["greedy", "logprob"])
-def test_both_scorers_give_the_same_fitness(lm, mode):
+def test_both_scorers_give_the_same_fitness(answering, mode):
+    lm, records = answering
     values = []
     for scorer in ("answer-logits", "lm-eval"):
-        config = FitnessConfig(mode=mode, scorer=scorer, num_samples=3, chunk_size=2, metadata={"num_pairs": 3})
+        config = FitnessConfig(mode=mode, scorer=scorer, num_samples=4, chunk_size=2, metadata={"data_path": records},
+                               racing=False)
         fitness, info = LMEvalFitness(lm, config).score_scales([1.3] * 4)
         values.append((fitness, info["scores"]))
     assert values[0][0] == pytest.approx(values[1][0], abs=1e-4)
     for role, score in values[0][1].items():
         assert score == pytest.approx(values[1][1][role], abs=1e-4)
     assert all(math.isfinite(v[0]) for v in values)
+    if mode == "greedy":
+        # A comparison of 0 with 0 would prove nothing: half the gold values are the model's answer.
+        assert 0 < values[0][0] < 1, values
+        assert any(0 < score < 1 for score in values[0][1].values()), values
 
 
 def test_an_unknown_scorer_is_named():
