@@ -14,15 +14,11 @@ import sys
 
 def register() -> None:
     """Register our lm-eval models (lazily: nothing heavy is imported here) and tasks, and
-    install the start-up hook's early checks (for lm-eval modules imported from now on too)."""
-    import lm_eval.api.registry as registry
-    import lm_eval.tasks.manager as manager
-
+    install the early checks: what the start-up hook does, now for the lm-eval modules
+    already imported and on import for the others (lm-eval's task index is not built here)."""
     from lpes_harness import _startup
 
-    _startup.register_lazy_models(registry)
-    _startup.add_our_tasks_to_task_manager(manager)
-    _startup.install()  # the evaluator and command-line checks, now or when lm-eval imports them
+    _startup.install()
 
 
 def main(argv: list[str] | None = None) -> None:
