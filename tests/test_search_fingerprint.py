@@ -125,3 +125,16 @@ def test_the_loaded_model_gives_its_path_and_dtype(tmp_path):
     assert from_lm["files"] == fingerprint(settings)["model"]["files"]
     described = fingerprint(settings, {"pretrained": checkpoint, "gguf_file": None, "dtype": "float32"})["model"]
     assert mismatches({"format": fp.FORMAT, "model": from_lm}, {"format": fp.FORMAT, "model": described}) == []
+
+
+def test_the_checkpoint_keeps_the_fingerprint_and_the_search_still_loads_it(tmp_path):
+    from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
+    from lpes_harness.search.callbacks import CheckpointCallback, load_checkpoint
+
+    spec = GenomeSpec(num_layers=8, num_points=3)
+    config = SearchConfig(population_size=4, num_parents=2, num_mutants=1, num_crossovers=1, generations=1)
+    current = fingerprint(SETTINGS)
+    GeneticSearch(spec, lambda ind: (0.0, {}), config, [CheckpointCallback(tmp_path / "c.json", {"fingerprint": current})]).run()
+    state = load_checkpoint(tmp_path / "c.json")
+    assert mismatches(state["fingerprint"], current) == []
+    GeneticSearch(spec, lambda ind: (0.0, {}), config).load_state_dict(state)

@@ -48,16 +48,25 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 class CheckpointCallback(Callback):
-    """Saves ``search.state_dict()`` after every processed individual and every generation."""
+    """Saves ``search.state_dict()`` after every processed individual and every generation.
 
-    def __init__(self, path: str | os.PathLike):
+    ``extra`` keys are saved next to the state (e.g. ``{"fingerprint": ...}`` from
+    :mod:`lpes_harness.search.fingerprint`, which a resume compares); ``load_state_dict``
+    ignores them.
+    """
+
+    def __init__(self, path: str | os.PathLike, extra: dict | None = None):
         self.path = Path(path)
+        self.extra = dict(extra or {})
+
+    def _write(self, search: GeneticSearch) -> None:
+        atomic_write_json(self.path, {**search.state_dict(), **self.extra})
 
     def on_individual(self, search: GeneticSearch, record: dict) -> None:
-        atomic_write_json(self.path, search.state_dict())
+        self._write(search)
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
-        atomic_write_json(self.path, search.state_dict())
+        self._write(search)
 
 
 class HistoryCallback(Callback):
