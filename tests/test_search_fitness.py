@@ -101,10 +101,12 @@ def test_logprob_mode_bounds_with_zero_as_the_best_sample():
         ({"mode": "sample"}, "fitness mode 'sample' is not one of"),
         ({"weights": {"begin": 1.0, "end": 1.0}}, "weights need exactly the roles"),
         ({"weights": {"begin": -1.0, "middle": 1.0, "end": 1.0}}, "weights must be finite, >= 0"),
-        ({"task": "needle"}, "no default positions for task 'needle'"),
+        ({"task": "no_such_task"}, "unknown position task 'no_such_task'"),
+        ({"task": "needle", "positions": {"begin": 0, "middle": 40, "end": 100}}, r"middle=\[40\] is not among"),
     ],
 )
 def test_bad_fitness_settings_are_named(kwargs, message):
+    # Any registered position task is accepted (its roles are its own); an unknown one is named.
     with pytest.raises(ValueError, match=message):
         FitnessConfig(**kwargs)
 
@@ -121,3 +123,9 @@ def test_racing_scores_the_heaviest_position_first_and_stops_a_hopeless_individu
     assert requested[:4] == ["end"] * 4 and requested[4:8] == ["middle"] * 4
     assert info["raced"] and info["samples"] == {"end": 20, "middle": 20, "begin": 10}
     assert fitness == pytest.approx(0.1)
+
+
+def test_any_registered_position_task_brings_its_own_roles():
+    assert FitnessConfig(task="needle").positions == {"begin": (0,), "middle": (50,), "end": (100,)}
+    assert FitnessConfig(task="kv_retrieval").positions == {"begin": (0,), "middle": (40,), "end": (100,)}
+    assert FitnessConfig(task="multi_needle").positions == {"begin": (0,), "middle": (25, 50, 75), "end": (100,)}

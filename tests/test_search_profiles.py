@@ -23,9 +23,10 @@ def test_auto_on_a_gpu_takes_the_papers_settings():
 
 def test_the_command_line_and_a_config_file_override_the_profile(tmp_path):
     config = tmp_path / "search.json"
-    config.write_text(json.dumps({"generations": 7, "fitness": "greedy"}))
-    args = parse_args(["--device", "cpu", "--config", str(config), "--population", "12", "--parents", "6"])
-    assert (args.generations, args.mode, args.population, args.parents) == (7, "greedy", 12, 6)
+    config.write_text(json.dumps({"generations": 7, "fitness": "logprob"}))
+    # population = parents + the profile's crossovers and mutants (1 + 4)
+    args = parse_args(["--device", "cpu", "--config", str(config), "--population", "11", "--parents", "6"])
+    assert (args.generations, args.mode, args.population, args.parents) == (7, "logprob", 11, 6)
     assert args.num_samples == PROFILES["cpu"]["num_samples"]  # untouched: still the profile's
 
 

@@ -2,7 +2,8 @@
 
     fitness = λ_B·score(begin) + λ_M·score(middle) + λ_E·score(end)
 
-on the ``search`` split of ``kv_retrieval`` or ``mdqa``, evaluated in-process on one loaded
+on the ``search`` split of a position task (``multi_needle``, ``kv_retrieval``, ``mdqa``, ``needle``
+or a user's own; each declares which gold positions are begin, middle and end), evaluated in-process on one loaded
 ``lpes_hf`` whose scales are changed in place (the model is never reloaded).
 
 Three ways to score a sample (``mode``):
@@ -38,11 +39,6 @@ ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
 MODES = ("greedy", "generate", "logprob")
 SCORERS = ("answer-logits", "lm-eval")
-# Gold positions (percent) of each role, per task: the middle is the task's position nearest 50 %.
-DEFAULT_POSITIONS = {
-    "kv_retrieval": {"begin": 0, "middle": 40, "end": 100},
-    "mdqa": {"begin": 0, "middle": 50, "end": 100},
-}
 
 
 def max_sample_score(mode: str) -> float:
@@ -106,19 +102,30 @@ def _info(totals, done, sizes, raced: bool) -> dict:
 # ----------------------------------------------------------------------------- lm-eval fitness
 
 
+def task_roles(task_name: str) -> dict[str, tuple[int, ...]]:
+    """The fitness roles a registered position task declares: role -> gold percents."""
+    from lpes_harness.tasks.position import load_builtin_tasks, resolve_task
+
+    load_builtin_tasks()
+    return dict(resolve_task(task_name).roles)
+
+
 @dataclass
 class FitnessConfig:
-    task: str = "kv_retrieval"
+    task: str = "kv_retrieval"  # any registered position task, or "module:ATTRIBUTE"
     mode: str = "greedy"
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    positions: dict | None = None  # role -> gold percent; None: DEFAULT_POSITIONS[task]
+    positions: dict | None = None  # role -> gold percent(s); None: the task's declared roles
     metadata: dict = field(default_factory=dict)  # task options (--metadata keys)
-    num_samples: int = 200
+    num_samples: int = 200  # per gold position
     chunk_size: int = 25
     racing: bool = True
     scorer: str = "answer-logits"  # one-pass modes only; see SCORERS
+    chat_template: bool | None = None  # None: as the task prefers (and the tokenizer has one)
 
     def __post_init__(self):
+        from lpes_harness.tasks.data import TaskDataError
+
         if self.mode not in MODES:
             raise ValueError(f"fitness mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.scorer not in SCORERS:
@@ -127,46 +134,168 @@ class FitnessConfig:
             raise ValueError(f"weights need exactly the roles {ROLES}, got {sorted(self.weights)}")
         if any(not math.isfinite(w) or w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
             raise ValueError(f"weights must be finite, >= 0 and not all 0, got {self.weights}")
+        try:
+            declared = task_roles(self.task)
+        except TaskDataError as err:
+            raise ValueError(str(err)) from None
         if self.positions is None:
-            if self.task not in DEFAULT_POSITIONS:
-                raise ValueError(
-                    f"no default positions for task {self.task!r}; give positions for {ROLES} "
-                    f"(known tasks: {', '.join(DEFAULT_POSITIONS)})"
-                )
-            self.positions = dict(DEFAULT_POSITIONS[self.task])
+            self.positions = declared
         if set(self.positions) != set(ROLES):
             raise ValueError(f"positions need exactly the roles {ROLES}, got {sorted(self.positions)}")
+        self.positions = {role: _percents(value) for role, value in self.positions.items()}
+        known = sorted({p for ps in declared.values() for p in ps} | set(_task_positions(self.task)))
+        for role, percents in self.positions.items():
+            if any(p not in known for p in percents):
+                raise ValueError(f"positions: {role}={list(percents)} is not among {self.task}'s positions {known}")
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
+
+
+def _percents(value) -> tuple[int, ...]:
+    return tuple(int(p) for p in value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+def _task_positions(task_name: str) -> tuple[int, ...]:
+    from lpes_harness.tasks.position import resolve_task
+
+    return resolve_task(task_name).positions
+
+
+class PositionScorer:
+    """Per-sample scores of one position task's samples, through lm-eval's task objects.
+
+    Loads the subtasks of ``percents`` (one lm-eval task each) for ``split`` and scores any
+    of their samples with the current model (``lm``, an lpes_hf whose scales may change in
+    between): ``scores(percent, indices)`` returns one number per sample, in ``mode``.
+    The prompt is exactly what ``lm_eval`` builds (``fewshot_context``: the task's answer
+    prefix, and the chat template when ``chat_template``).
+    """
+
+    def __init__(self, lm, task: str, percents, *, metadata=None, split="search", num_samples=200,
+                 mode="greedy", scorer="answer-logits", chat_template=None, task_manager=None):
+        from lm_eval.tasks import TaskManager
+
+        from lpes_harness.tasks.position import resolve_task
+
+        self.lm, self.mode, self.scorer = lm, mode, scorer
+        position_task = resolve_task(task)
+        if chat_template is None:
+            chat_template = position_task.chat_template and has_chat_template(lm)
+        self.chat_template = bool(chat_template)
+        metadata = {**(metadata or {}), "split": split, "num_samples": num_samples}
+        self.task_manager = task_manager or TaskManager(metadata=metadata)
+        names = {percent: position_task.subtask_name(percent) for percent in sorted(set(percents))}
+        unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
+        if unknown:
+            raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {task!r} right?")
+        # TaskManager.load returns every leaf task in a flat {name: task} dict.
+        task_dict = self.task_manager.load(sorted(names.values()))["tasks"]
+        self.tasks = {percent: task_dict[name] for percent, name in names.items()}
+        self.docs = {percent: list(t.eval_docs) for percent, t in self.tasks.items()}
+
+    def prompt(self, task, doc) -> str:
+        """The context lm-eval gives the model for ``doc`` (zero-shot)."""
+        return task.fewshot_context(
+            doc,
+            num_fewshot=0,
+            apply_chat_template=self.chat_template,
+            chat_template=self.lm.apply_chat_template if self.chat_template else None,
+            gen_prefix=task.doc_to_prefix(doc),
+        )
+
+    def scores(self, percent: int, indices: Sequence[int]) -> list[float]:
+        if not indices:
+            return []
+        task = self.tasks[percent]
+        docs = [self.docs[percent][i] for i in indices]
+        if self.mode == "generate":
+            return self._score_generate(task, docs)
+        return self._score_loglikelihood(task, docs)
+
+    def _score_generate(self, task, docs) -> list[float]:
+        from lm_eval.api.instance import Instance
+
+        gen_kwargs = dict(task.config.generation_kwargs or {})
+        requests = [
+            Instance("generate_until", doc, (self.prompt(task, doc), gen_kwargs), i) for i, doc in enumerate(docs)
+        ]
+        outputs = self.lm.generate_until(requests, disable_tqdm=True)
+        scores = []
+        for doc, output in zip(docs, outputs):
+            metrics = task.process_results(doc, [output])
+            scores.append(float(next(iter(metrics.values()))))
+        return scores
+
+    def _score_loglikelihood(self, task, docs) -> list[float]:
+        delimiter = task.config.target_delimiter
+        pairs, owner = [], []
+        for i, doc in enumerate(docs):
+            context = self.prompt(task, doc)
+            for answer in gold_answers(task, doc):
+                pairs.append((context, delimiter + answer))
+                owner.append(i)
+        results = self._one_pass(pairs)
+        if self.mode == "greedy":
+            scores = [0.0] * len(docs)
+            for i, result in zip(owner, results):
+                scores[i] = max(scores[i], 1.0 if result.is_greedy else 0.0)
+            return scores
+        # logprob: mean log-probability per gold token, best over the gold answers
+        scores = [-math.inf] * len(docs)
+        for i, result in zip(owner, results):
+            scores[i] = max(scores[i], result.logprob / result.num_tokens)
+        return scores
+
+    def _one_pass(self, pairs):
+        from lpes_harness.search.scoring import AnswerScore, score_answers
+
+        if self.scorer == "answer-logits":
+            return score_answers(self.lm, pairs)
+        from lm_eval.api.instance import Instance
+
+        requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+        results = self.lm.loglikelihood(requests, disable_tqdm=True)
+        return [
+            AnswerScore(logprob, is_greedy, max(1, len(self.lm._encode_pair(*pair)[1])))
+            for pair, (logprob, is_greedy) in zip(pairs, results)
+        ]
+
+
+def has_chat_template(lm) -> bool:
+    tokenizer = getattr(lm, "tokenizer", None)
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
 class LMEvalFitness:
     """``evaluate(individual, threshold) -> (fitness, info)`` for the search loop.
 
-    Holds one loaded ``lpes_hf`` (an lm-eval HFLM) and the lm-eval task objects of the
-    three positions, built once from one TaskManager.
+    Holds one loaded ``lpes_hf`` (an lm-eval HFLM) and a :class:`PositionScorer` over the
+    gold positions of the three roles; a role with several positions (``multi_needle``'s
+    middle is 25, 50 and 75 %) pools their samples.
     """
 
     def __init__(self, lm, config: FitnessConfig, task_manager=None, shard: tuple[int, int] = (0, 1), gather=None):
-        from lm_eval.tasks import TaskManager
-
         self.lm = lm
         self.config = config
         self.rank, self.world = shard
         # gather(list_of_local_scores) -> list in the global sample order (distributed.py).
         self.gather = gather
-        metadata = {**config.metadata, "split": "search", "num_samples": config.num_samples}
-        self.task_manager = task_manager or TaskManager(metadata=metadata)
-        names = {role: f"{config.task}_pos{percent}" for role, percent in config.positions.items()}
-        unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
-        if unknown:
-            raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {config.task!r} right?")
-        # TaskManager.load returns every leaf task in a flat {name: task} dict.
-        task_dict = self.task_manager.load(sorted(set(names.values())))["tasks"]
-        self.tasks = {role: task_dict[name] for role, name in names.items()}
-        self.docs = {role: list(task.eval_docs) for role, task in self.tasks.items()}
-        self.sizes = {role: len(docs) for role, docs in self.docs.items()}
+        percents = sorted({p for ps in config.positions.values() for p in ps})
+        self.scorer = PositionScorer(
+            lm, config.task, percents, metadata=config.metadata, split="search", num_samples=config.num_samples,
+            mode=config.mode, scorer=config.scorer, chat_template=config.chat_template, task_manager=task_manager,
+        )
+        # role -> [(percent, sample index)], the role's samples in scoring order
+        self.samples = {
+            role: [(percent, i) for percent in config.positions[role] for i in range(len(self.scorer.docs[percent]))]
+            for role in ROLES
+        }
+        self.sizes = {role: len(samples) for role, samples in self.samples.items()}
         self.evaluations = 0
+
+    @property
+    def chat_template(self) -> bool:
+        return self.scorer.chat_template
 
     # -- the loop's evaluate -------------------------------------------------------
     def __call__(self, individual, threshold: float = -math.inf) -> tuple[float, dict]:
@@ -192,66 +321,22 @@ class LMEvalFitness:
     # -- scoring ---------------------------------------------------------------------
     def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
         mine = [i for i in indices if i % self.world == self.rank]
-        local = self._score(role, mine)
+        local = self.score_samples(role, mine)
         if self.world == 1:
             return local
         return self.gather(indices, mine, local)
 
-    def _score(self, role: str, indices: Sequence[int]) -> list[float]:
-        if not indices:
-            return []
-        task = self.tasks[role]
-        docs = [self.docs[role][i] for i in indices]
-        if self.config.mode == "generate":
-            return self._score_generate(task, docs)
-        return self._score_loglikelihood(task, docs)
-
-    def _score_generate(self, task, docs) -> list[float]:
-        from lm_eval.api.instance import Instance
-
-        gen_kwargs = dict(task.config.generation_kwargs or {})
-        requests = [
-            Instance("generate_until", doc, (task.doc_to_text(doc), gen_kwargs), i) for i, doc in enumerate(docs)
-        ]
-        outputs = self.lm.generate_until(requests, disable_tqdm=True)
-        scores = []
-        for doc, output in zip(docs, outputs):
-            metrics = task.process_results(doc, [output])
-            scores.append(float(next(iter(metrics.values()))))
-        return scores
-
-    def _score_loglikelihood(self, task, docs) -> list[float]:
-        delimiter = task.config.target_delimiter
-        pairs, owner = [], []
-        for i, doc in enumerate(docs):
-            for answer in gold_answers(task, doc):
-                pairs.append((task.doc_to_text(doc), delimiter + answer))
-                owner.append(i)
-        results = self._one_pass(pairs)
-        if self.config.mode == "greedy":
-            scores = [0.0] * len(docs)
-            for i, result in zip(owner, results):
-                scores[i] = max(scores[i], 1.0 if result.is_greedy else 0.0)
-            return scores
-        # logprob: mean log-probability per gold token, best over the gold answers
-        scores = [-math.inf] * len(docs)
-        for i, result in zip(owner, results):
-            scores[i] = max(scores[i], result.logprob / result.num_tokens)
-        return scores
-
-    def _one_pass(self, pairs):
-        from lpes_harness.search.scoring import AnswerScore, score_answers
-
-        if self.config.scorer == "answer-logits":
-            return score_answers(self.lm, pairs)
-        from lm_eval.api.instance import Instance
-
-        requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
-        results = self.lm.loglikelihood(requests, disable_tqdm=True)
-        return [
-            AnswerScore(logprob, is_greedy, max(1, len(self.lm._encode_pair(*pair)[1])))
-            for pair, (logprob, is_greedy) in zip(pairs, results)
-        ]
+    def score_samples(self, role: str, indices: Sequence[int]) -> list[float]:
+        """This process's scores of the role's samples ``indices`` (no collective call)."""
+        by_percent: dict[int, list[int]] = {}
+        for i in indices:
+            percent, sample = self.samples[role][i]
+            by_percent.setdefault(percent, []).append(sample)
+        scored = {}
+        for percent, samples in by_percent.items():
+            for sample, score in zip(samples, self.scorer.scores(percent, samples)):
+                scored[(percent, sample)] = score
+        return [scored[self.samples[role][i]] for i in indices]
 
 
 class _ScalesOnly(list):

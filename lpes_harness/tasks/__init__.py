@@ -1,7 +1,8 @@
 """Position-bias tasks for lm-eval: KV retrieval, multi-document QA, and a recipe for new ones.
 
 - ``position``: the :class:`~lpes_harness.tasks.position.PositionTask` API, splits, lm-eval glue.
-- ``kv_retrieval``, ``mdqa``: LitM's two benchmarks; ``needle``: the worked example of the recipe.
+- ``kv_retrieval``, ``mdqa``: LitM's two benchmarks; ``needle``: the worked example of the recipe;
+  ``multi_needle``: multi-key needles, the retrieval test a small chat model can do.
 - ``metrics``: LitM's scoring; ``data``: file reading with ``file:line`` errors.
 
 ``TASKS_DIR`` is the folder of lm-eval YAML files (the repository's ``tasks/``); give it to
@@ -23,6 +24,7 @@ BUILTIN_POSITION_TASKS = {
     "kv_retrieval": "lpes_harness.tasks.kv_retrieval:KV_RETRIEVAL",
     "mdqa": "lpes_harness.tasks.mdqa:MDQA",
     "needle": "lpes_harness.tasks.needle:NEEDLE",
+    "multi_needle": "lpes_harness.tasks.multi_needle:MULTI_NEEDLE",
 }
 
 

@@ -97,6 +97,13 @@ class PositionTask:
       data (the splits are drawn from them), or None for a generator.
     - ``check_options(options, given)``: optional extra validation; ``given`` is the set of
       keys the user set explicitly.
+    - ``answer_prefix(example) -> str``: optional start of the model's answer (lm-eval's
+      ``gen_prefix``): with a chat template it opens the assistant turn, so a chat model
+      answers in a known form that teacher-forced scoring can read.
+    - ``roles``: the fitness roles, role -> gold percents; default: begin = the first
+      position, middle = the one nearest 50 %, end = the last (the paper's λ weights).
+    - ``chat_template``: whether the task is meant to be run with the model's chat template
+      (lm-eval ``--apply_chat_template``; the search follows it by default).
     """
 
     name: str
@@ -109,10 +116,21 @@ class PositionTask:
     count_records: Callable[[Mapping[str, Any]], int | None] = generated
     check_options: Callable[[Mapping[str, Any], set[str]], None] | None = None
     generation_kwargs: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_GENERATION_KWARGS))
+    answer_prefix: Callable[[Example], str] | None = None
+    roles: Mapping[str, tuple[int, ...]] | None = None
+    chat_template: bool = False
 
     def __post_init__(self):
         if not self.positions or any(not isinstance(p, int) or not 0 <= p <= 100 for p in self.positions):
             raise ValueError(f"{self.name}: positions must be integer percents in [0, 100], got {self.positions!r}")
+        if self.roles is None:
+            middle = min(self.positions, key=lambda p: (abs(p - 50), p))
+            object.__setattr__(self, "roles", {"begin": (self.positions[0],), "middle": (middle,), "end": (self.positions[-1],)})
+        else:
+            object.__setattr__(self, "roles", {role: tuple(ps) for role, ps in self.roles.items()})
+        for role, percents in self.roles.items():
+            if not percents or any(p not in self.positions for p in percents):
+                raise ValueError(f"{self.name}: role {role!r} names positions {percents!r}, not all of {self.positions}")
         clash = set(self.options) & set(COMMON_OPTIONS)
         if clash:
             raise ValueError(f"{self.name}: options {sorted(clash)} are common options; do not redefine them")
@@ -147,8 +165,18 @@ def resolve_task(reference: PositionTask | str) -> PositionTask:
             raise TaskDataError(f"{reference!r} does not name a PositionTask")
         return register_position_task(task)
     if reference not in POSITION_TASKS:
+        load_builtin_tasks()  # a built-in task whose module is not imported yet
+    if reference not in POSITION_TASKS:
         raise TaskDataError(f"unknown position task {reference!r}; registered: {sorted(POSITION_TASKS)}")
     return POSITION_TASKS[reference]
+
+
+def load_builtin_tasks() -> None:
+    """Register the built-in position tasks (imports their modules; cheap, no lm-eval)."""
+    from lpes_harness.tasks import BUILTIN_POSITION_TASKS
+
+    for reference in BUILTIN_POSITION_TASKS.values():
+        resolve_task(reference)
 
 
 def gold_index(percent: int, num_items: int) -> int:
@@ -177,10 +205,7 @@ def _model_arg_names() -> set[str]:
 
 
 def _all_position_option_names() -> set[str]:
-    from lpes_harness.tasks import BUILTIN_POSITION_TASKS
-
-    for reference in BUILTIN_POSITION_TASKS.values():  # so their keys are known even if not loaded yet
-        resolve_task(reference)
+    load_builtin_tasks()  # so their keys are known even if not loaded yet
     names = set(COMMON_OPTIONS)
     for task in POSITION_TASKS.values():
         names |= set(task.options)
@@ -321,6 +346,7 @@ def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> 
                 "gold_percent": percent,
                 "sample_index": index,
                 "position_task": task.name,
+                **({"answer_prefix": task.answer_prefix(example)} if task.answer_prefix else {}),
                 **example.fields,
             }
         )
@@ -364,6 +390,8 @@ def task_config(task: PositionTask, percent: int) -> dict[str, Any]:
         "num_fewshot": 0,
         "metric_list": [{"metric": task.metric_name, "aggregation": "mean", "higher_is_better": True}],
         "metadata": {"version": 1.0},
+        # lm-eval reads the doc field of this name as the start of the answer.
+        **({"gen_prefix": "answer_prefix"} if task.answer_prefix else {}),
     }
 
 
@@ -465,13 +493,10 @@ def precheck(task_names: Sequence[str] | str | None, metadata: Mapping[str, Any]
     or a broken ``data_path`` would surface only after the model load. The start-up hook
     calls this first, from ``simple_evaluate``, so such errors come before any model work.
     """
-    from lpes_harness.tasks import BUILTIN_POSITION_TASKS
-
     if not task_names or not metadata:
         return
     names = task_names.split(",") if isinstance(task_names, str) else [str(n) for n in task_names]
-    for reference in BUILTIN_POSITION_TASKS.values():
-        resolve_task(reference)
+    load_builtin_tasks()
     if isinstance(model_args, str):
         from lm_eval.utils import simple_parse_args_string
 

@@ -1,0 +1,180 @@
+"""Methods side by side on the same held-out samples: accuracy by position, intervals, paired tests.
+
+    table = compare_methods(lm, "multi_needle", {"vanilla": [1.0] * 30, "PI": pi, "LPES": scales},
+                            num_samples=200)
+    print(format_table(table)); plot_table(table, "positions.png")
+
+Every method is scored on exactly the same samples (one :class:`PositionScorer`, the scales
+changed in place between methods), so each one is compared with the baseline (the first
+method, vanilla) per sample: exact McNemar per position, and over all positions pooled for
+the average. A difference is marked significant only when p < ``alpha``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
+
+ALPHA = 0.05
+
+
+def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
+                  metadata=None, chat_template=None, mode: str = "greedy", progress=None) -> dict:
+    """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}."""
+    from lpes_harness.search.fitness import PositionScorer
+    from lpes_harness.tasks.position import resolve_task
+
+    percents = list(resolve_task(task).positions)
+    scorer = PositionScorer(lm, task, percents, metadata=metadata, split=split, num_samples=num_samples,
+                            mode=mode, chat_template=chat_template)
+    previous = list(lm.scales)
+    scores: dict[str, dict[int, list[float]]] = {}
+    try:
+        for name, scales in methods.items():
+            lm.set_scales(list(scales))
+            scores[name] = {}
+            for percent in percents:
+                indices = list(range(len(scorer.docs[percent])))
+                scores[name][percent] = scorer.scores(percent, indices)
+                if progress is not None:
+                    progress(name, percent)
+    finally:
+        lm.set_scales(previous)
+    return {
+        "task": task, "split": split, "num_samples": num_samples, "mode": mode,
+        "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
+        "methods": {name: list(s) for name, s in methods.items()}, "scores": scores,
+    }  # fmt: skip
+
+
+def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = ALPHA) -> dict:
+    """Accuracy with 95 % intervals per method and position, and paired tests against ``baseline``."""
+    scores = {name: {int(p): list(v) for p, v in by_pos.items()} for name, by_pos in scored["scores"].items()}
+    names = list(scores)
+    baseline = baseline or names[0]
+    if baseline not in scores:
+        raise ValueError(f"baseline {baseline!r} is not among the methods {names}")
+    percents = sorted(scores[baseline])
+    rows = {}
+    for name in names:
+        row = {}
+        for percent in percents + ["average"]:
+            if percent == "average":  # equal samples per position: the pooled mean is the average
+                mine = [v for p in percents for v in scores[name][p]]
+                base = [v for p in percents for v in scores[baseline][p]]
+            else:
+                mine, base = scores[name][percent], scores[baseline][percent]
+            cell = accuracy_with_interval(mine)
+            if name != baseline:
+                test = compare_paired(mine, base)
+                cell.update({k: test[k] for k in ("difference", "gained", "lost", "p")})
+                cell["significant"] = test["p"] < alpha
+            row[str(percent)] = cell
+        worst = min(percents, key=lambda p: row[str(p)]["accuracy"])
+        row["worst"] = {"position": worst, "accuracy": row[str(worst)]["accuracy"]}
+        rows[name] = row
+    return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
+            **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template") if k in scored}}
+
+
+def format_table(table: Mapping) -> str:
+    """Markdown: accuracy [95 % interval] by position; Δ vs the baseline with gains/losses and p."""
+    positions = [str(p) for p in table["positions"]] + ["average"]
+    head = "| method | " + " | ".join(f"{p} %" if p != "average" else "average" for p in positions) + " | worst |"
+    lines = [head, "|---|" + "---:|" * (len(positions) + 1)]
+    for name, row in table["rows"].items():
+        cells = []
+        for p in positions:
+            cell = row[p]
+            low, high = cell["interval"]
+            text = f"{cell['accuracy']:.3f} [{low:.2f}, {high:.2f}]"
+            if "p" in cell:
+                sign = "+" if cell["difference"] >= 0 else "−"
+                text += f"<br>{sign}{abs(cell['difference']) * 100:.1f} pts, +{cell['gained']}/−{cell['lost']}, p={format_p(cell['p'])}"
+                if cell["significant"]:
+                    text = f"**{text}**"
+            cells.append(text)
+        worst = row["worst"]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {worst['accuracy']:.3f} ({worst['position']} %) |")
+    lines.append("")
+    lines.append(
+        f"{table.get('task', '')} {table.get('split', '')} split, {table.get('num_samples', '?')} samples per position, "
+        f"the same samples for every method. [..]: 95 % Wilson interval. Second line: difference from "
+        f"{table['baseline']}, samples gained/lost, exact McNemar p; bold: p < {table['alpha']}."
+    )
+    return "\n".join(lines)
+
+
+def format_plain(table: Mapping) -> str:
+    """A compact terminal table (what ``make demo`` and the end of a search print)."""
+    positions = [str(p) for p in table["positions"]] + ["average"]
+    width = max(10, *(len(name) for name in table["rows"]))
+    lines = [f"{'method':<{width}} " + " ".join(f"{p + ('%' if p != 'average' else ''):>21}" for p in positions)]
+    for name, row in table["rows"].items():
+        cells = []
+        for p in positions:
+            cell = row[p]
+            low, high = cell["interval"]
+            cells.append(f"{cell['accuracy']:.2f} [{low:.2f},{high:.2f}]".rjust(21))
+        lines.append(f"{name:<{width}} " + " ".join(cells))
+        if any("p" in row[p] for p in positions):
+            tests = []
+            for p in positions:
+                cell = row[p]
+                mark = "*" if cell["significant"] else " "
+                tests.append(f"{cell['difference'] * 100:+.1f} p={format_p(cell['p'])}{mark}".rjust(21))
+            lines.append(f"{'  vs ' + table['baseline']:<{width}} " + " ".join(tests))
+    lines.append(f"[..] 95 % Wilson interval; vs {table['baseline']}: difference in points and exact McNemar p "
+                 f"on the same samples (* p < {table['alpha']})")
+    return "\n".join(lines)
+
+
+def plot_table(table: Mapping, path: str | Path) -> Path:
+    """Accuracy by gold position with 95 % intervals, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    positions = table["positions"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    spread = 1.2  # percent points between methods, so the error bars do not overlap
+    offset0 = -spread * (len(table["rows"]) - 1) / 2
+    for k, (name, row) in enumerate(table["rows"].items()):
+        xs = [p + offset0 + k * spread for p in positions]
+        ys = [row[str(p)]["accuracy"] for p in positions]
+        low = [y - row[str(p)]["interval"][0] for p, y in zip(positions, ys)]
+        high = [row[str(p)]["interval"][1] - y for p, y in zip(positions, ys)]
+        average = row["average"]["accuracy"]
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=f"{name} (avg {average:.3f})")
+    ax.set_xlabel("gold position (%)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks(positions)
+    ax.set_title(f"{table.get('task', '')}: {table.get('num_samples', '?')} held-out samples per position, 95 % CI")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_comparison(table: Mapping, scored: Mapping, directory: str | Path, stem: str = "heldout") -> dict:
+    """``<stem>.json`` (per-sample scores and the table), ``<stem>.md`` and ``<stem>.png``."""
+    from lpes_harness.search.callbacks import atomic_write_json
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(directory / f"{stem}.json", {"table": table, "scored": scored})
+    (directory / f"{stem}.md").write_text(format_table(table) + "\n", encoding="utf-8")
+    plot_table(table, directory / f"{stem}.png")
+    return {"json": directory / f"{stem}.json", "md": directory / f"{stem}.md", "png": directory / f"{stem}.png"}
+
+
+def load_comparison(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

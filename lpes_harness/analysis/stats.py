@@ -1,0 +1,89 @@
+"""Statistics that can tell a gain from noise: intervals for accuracies, paired tests.
+
+Position-bias tables compare methods on the *same* samples, so the right test is paired:
+a sample that both methods get right (or both wrong) says nothing about which is better;
+only the discordant ones do. Exact McNemar is the binomial test on those: under "no
+difference" each discordant sample is a fair coin.
+
+- :func:`wilson_interval`: 95 % interval of an accuracy k / n (good at 0 and 1, unlike k/n ± 1.96·se).
+- :func:`mcnemar_exact`: two-sided exact p of b gains against c losses.
+- :func:`compare_paired`: both, for two 0/1 vectors over the same samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+Z_95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, total: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95 % by default)."""
+    if total <= 0:
+        raise ValueError(f"an interval needs at least one sample, got total={total}")
+    if not 0 <= successes <= total:
+        raise ValueError(f"successes must be in [0, {total}], got {successes}")
+    p = successes / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value: P(a fair coin is at least this lopsided over b + c tosses)."""
+    if gained < 0 or lost < 0:
+        raise ValueError(f"counts must be >= 0, got {gained}, {lost}")
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1))
+    # Exact integers: 2·tail / 2^n, capped at 1 (the two tails overlap when b == c).
+    return min(1.0, 2 * tail / 2**n)
+
+
+def _as_binary(values: Sequence[float], name: str) -> list[int]:
+    out = []
+    for value in values:
+        if value not in (0, 1):
+            raise ValueError(f"{name} must hold 0/1 correctness per sample, got {value!r}")
+        out.append(int(value))
+    return out
+
+
+def compare_paired(method: Sequence[float], baseline: Sequence[float]) -> dict:
+    """A method against a baseline on the same samples (0/1 each), with exact McNemar.
+
+    Returns accuracies with Wilson intervals, the difference, the discordant counts
+    (``gained``: the method right where the baseline was wrong; ``lost``: the reverse) and p.
+    """
+    a, b = _as_binary(method, "method"), _as_binary(baseline, "baseline")
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples need equal, non-zero lengths, got {len(a)} and {len(b)}")
+    gained = sum(1 for x, y in zip(a, b) if x and not y)
+    lost = sum(1 for x, y in zip(a, b) if y and not x)
+    n = len(a)
+    return {
+        "n": n,
+        "accuracy": sum(a) / n,
+        "interval": wilson_interval(sum(a), n),
+        "baseline_accuracy": sum(b) / n,
+        "difference": (sum(a) - sum(b)) / n,
+        "gained": gained,
+        "lost": lost,
+        "p": mcnemar_exact(gained, lost),
+    }
+
+
+def accuracy_with_interval(values: Sequence[float]) -> dict:
+    """Accuracy of 0/1 values with its 95 % Wilson interval."""
+    v = _as_binary(values, "values")
+    if not v:
+        raise ValueError("no samples")
+    return {"n": len(v), "accuracy": sum(v) / len(v), "interval": wilson_interval(sum(v), len(v))}
+
+
+def format_p(p: float) -> str:
+    """A p-value for a table: 3 significant digits, scientific below 0.001."""
+    return f"{p:.3f}" if p >= 1e-3 else f"{p:.1e}"

@@ -1,0 +1,63 @@
+"""The validity check tells a task that measures retrieval from one a model passes by copying."""
+
+import re
+
+import pytest
+from lm_eval.api.model import LM
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.analysis.validity import check_task, format_report
+
+NUMBER = re.compile(r"special magic number for (\w+) is (\d+)")
+
+
+class Reader(LM):
+    """Answers the asked city's number if it is in the context (a model that retrieves)."""
+
+    tokenizer = None
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for request in requests:
+            context = request.arguments[0]
+            city = re.search(r"number for (\w+)\?", context).group(1)
+            found = dict(NUMBER.findall(context.split("\n\nWhat is")[0]))
+            out.append(f" {found.get(city, 'unknown')}.")
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+class Copier(Reader):
+    """Answers the first number of the context, whatever was asked (a model that copies)."""
+
+    def generate_until(self, requests, disable_tqdm=False):
+        return [f" {NUMBER.search(r.arguments[0]).group(2)}." for r in requests]
+
+
+def test_a_reader_measures_retrieval():
+    result = check_task(Reader(), "multi_needle", num_samples=6, metadata={"num_sentences": 20})
+    assert all(cell["accuracy"] == 1.0 for cell in result["by_position"].values())
+    assert result["gold_removed"]["accuracy"] == 0.0
+    assert result["verdict"].startswith("measures retrieval")
+    assert "gold removed" in format_report(result)
+
+
+def test_a_copier_is_caught_by_the_copying_control():
+    result = check_task(Copier(), "multi_needle", num_samples=6, metadata={"num_sentences": 20})
+    assert result["by_position"]["0"]["accuracy"] == 1.0 and result["by_position"]["50"]["accuracy"] == 0.0
+    assert result["copying"]["rate"] == 1.0  # the first distractor's number at every other position
+    assert result["verdict"].startswith("does NOT measure retrieval")
+
+
+def test_check_runs_on_a_tiny_model(tmp_path):
+    from lpes_harness.lm import LPESLM
+
+    lm = LPESLM(pretrained=save_tiny_checkpoint(tmp_path, "llama"), device="cpu")
+    result = check_task(lm, "needle", num_samples=2, metadata={"num_sentences": 4})
+    assert result["num_samples"] == 2 and set(result["by_position"]) == {"0", "25", "50", "75", "100"}
+    assert len(result["gold_removed_answers"]) == 2

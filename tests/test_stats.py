@@ -1,0 +1,58 @@
+"""Intervals and paired tests against hand-computed cases."""
+
+import math
+
+import pytest
+
+from lpes_harness.analysis.paired import format_plain, format_table, paired_table
+from lpes_harness.analysis.stats import compare_paired, mcnemar_exact, wilson_interval
+
+
+def test_wilson_interval_matches_hand_computation():
+    # 8/10: p=.8, z=1.96: centre (0.8 + 1.9208/10) / 1.38415 = 0.71674; half 0.2245...
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(0, 20)[1] == pytest.approx(0.1611, abs=1e-4)
+    assert wilson_interval(20, 20)[1] == 1.0
+
+
+def test_exact_mcnemar_is_the_two_sided_binomial_tail():
+    # 10 gained, 2 lost: 2 * P(X <= 2 | n=12, 1/2) = 2 * (1 + 12 + 66) / 4096
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * 79 / 4096)
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(30, 0) == pytest.approx(2 / 2**30)
+
+
+def test_compare_paired_counts_only_discordant_samples():
+    method = [1, 1, 1, 0, 1, 0]
+    base = [1, 0, 0, 0, 1, 1]
+    result = compare_paired(method, base)
+    assert (result["gained"], result["lost"]) == (2, 1)
+    assert result["difference"] == pytest.approx(1 / 6)
+    assert result["p"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="0/1"):
+        compare_paired([0.5], [1])
+    with pytest.raises(ValueError, match="equal"):
+        compare_paired([1, 0], [1])
+
+
+def test_paired_table_marks_only_significant_differences():
+    n = 40
+    scored = {
+        "task": "t", "split": "heldout", "num_samples": n,
+        "scores": {
+            "vanilla": {0: [1] * n, 50: [0] * n},
+            "better": {0: [1] * n, 50: [1] * 20 + [0] * 20},   # +20 at 50 %: p = 2 / 2^20
+            "same": {0: [1] * n, 50: [1] * 2 + [0] * 38},      # +2: not significant
+        },
+    }  # fmt: skip
+    table = paired_table(scored)
+    better, same = table["rows"]["better"], table["rows"]["same"]
+    assert better["50"]["significant"] and better["50"]["p"] == pytest.approx(2 / 2**20)
+    assert not same["50"]["significant"]
+    assert better["average"]["accuracy"] == pytest.approx(60 / 80)
+    assert better["worst"] == {"position": 50, "accuracy": 0.5}
+    assert "**" in format_table(table).split("\n")[3]  # the 'better' row
+    assert "**" not in format_table(table).split("\n")[4]
+    assert "p=" in format_plain(table) and not math.isnan(better["average"]["p"])
