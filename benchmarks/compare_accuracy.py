@@ -16,6 +16,10 @@ numbers are what ``lm_eval --model <name> --tasks kv_retrieval`` reports:
     MoICE    moice_hf  gates=<file>
 
 Without ``--lpes-scales`` the LPES and PI rows are skipped (there is nothing to compare).
+
+Every method sees the same held-out samples, so each is compared with vanilla sample by
+sample: the table gives 95 % Wilson intervals and exact McNemar p-values per position and for
+the average, and marks a difference only when it is significant (``lpes_harness.analysis.paired``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def run_method(
         tasks=tasks,
         batch_size=batch_size,
         metadata=metadata,
-        log_samples=False,
+        log_samples=True,  # per-sample scores: each method is paired with vanilla on the same samples
         apply_chat_template=chat_template,
     )
 
@@ -68,15 +72,11 @@ def save_results(results: dict, path: str) -> None:
     atomic_write_text(path, text)
 
 
-def format_table(task: str, rows: dict[str, dict[int, float]]) -> str:
-    positions = sorted({p for scores in rows.values() for p in scores})
-    header = "| method | " + " | ".join(f"{p}%" for p in positions) + " | avg |"
-    lines = [f"**{task}** (held-out, accuracy by gold position)", "", header, "|---|" + "---:|" * (len(positions) + 1)]
-    for name, scores in rows.items():
-        values = [scores[p] for p in positions]
-        cells = " | ".join(f"{100 * v:.1f}" for v in values)
-        lines.append(f"| {name} | {cells} | {100 * sum(values) / len(values):.1f} |")
-    return "\n".join(lines)
+def paired_task_table(task: str, per_sample: dict[str, dict[int, list[float]]], num_samples) -> dict:
+    """Intervals and paired tests against the first method (vanilla) on the same samples."""
+    from lpes_harness.analysis.paired import paired_table
+
+    return paired_table({"task": task, "split": "heldout", "num_samples": num_samples, "scores": per_sample})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_samples:
         metadata["num_samples"] = args.num_samples
 
+    from lpes_harness.analysis.paired import format_table, plot_table, scores_from_lm_eval
+
     scores: dict[str, dict[str, dict[int, float]]] = {task: {} for task in tasks}
+    per_sample: dict[str, dict[str, dict[int, list[float]]]] = {task: {} for task in tasks}
     seconds = {}
     for name, (model, model_args) in specs.items():
         started = time.time()
@@ -126,11 +129,17 @@ def main(argv: list[str] | None = None) -> int:
             save_results(results, os.path.join(args.results_dir, name, "results.json"))
         for task in tasks:
             scores[task][name] = position_scores(results, task)
+            per_sample[task][name] = scores_from_lm_eval(results, task)
         print(f"{name}: done in {seconds[name]} s", file=sys.stderr)
 
+    tables = {}
     for task in tasks:
-        print(format_table(task, scores[task]))
+        tables[task] = paired_task_table(task, per_sample[task], args.num_samples)
+        print(f"**{task}** (held-out, accuracy by gold position)\n")
+        print(format_table(tables[task]))
         print()
+        if args.json:
+            plot_table(tables[task], os.path.splitext(args.json)[0] + f"_{task}.png")
     if args.json:
         payload = {
             "metadata": metadata,
@@ -138,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             "methods": {n: {"model": m, "model_args": a} for n, (m, a) in specs.items()},
             "seconds": seconds,
             "scores": {t: {n: {str(p): v for p, v in s.items()} for n, s in rows.items()} for t, rows in scores.items()},
+            "per_sample": {t: {n: {str(p): v for p, v in s.items()} for n, s in rows.items()} for t, rows in per_sample.items()},
+            "tables": tables,
         }
         atomic_write_json(args.json, payload, indent=2)
     return 0

@@ -146,8 +146,8 @@ def plot_table(table: Mapping, path: str | Path) -> Path:
     for k, (name, row) in enumerate(table["rows"].items()):
         xs = [p + offset0 + k * spread for p in positions]
         ys = [row[str(p)]["accuracy"] for p in positions]
-        low = [y - row[str(p)]["interval"][0] for p, y in zip(positions, ys)]
-        high = [row[str(p)]["interval"][1] - y for p, y in zip(positions, ys)]
+        low = [max(0.0, y - row[str(p)]["interval"][0]) for p, y in zip(positions, ys)]
+        high = [max(0.0, row[str(p)]["interval"][1] - y) for p, y in zip(positions, ys)]
         average = row["average"]["accuracy"]
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=f"{name} (avg {average:.3f})")
     ax.set_xlabel("gold position (%)")
@@ -166,7 +166,7 @@ def plot_table(table: Mapping, path: str | Path) -> Path:
 
 def write_comparison(table: Mapping, scored: Mapping, directory: str | Path, stem: str = "heldout") -> dict:
     """``<stem>.json`` (per-sample scores and the table), ``<stem>.md`` and ``<stem>.png``."""
-    from lpes_harness.search.callbacks import atomic_write_json
+    from lpes_harness.files import atomic_write_json
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -174,6 +174,25 @@ def write_comparison(table: Mapping, scored: Mapping, directory: str | Path, ste
     (directory / f"{stem}.md").write_text(format_table(table) + "\n", encoding="utf-8")
     plot_table(table, directory / f"{stem}.png")
     return {"json": directory / f"{stem}.json", "md": directory / f"{stem}.md", "png": directory / f"{stem}.png"}
+
+
+def scores_from_lm_eval(results: Mapping, task: str) -> dict[int, list[float]]:
+    """Per-sample scores by gold position from lm-eval results run with ``log_samples=True``.
+
+    Ordered by ``doc_id``, so two runs over the same split pair up sample by sample.
+    """
+    from lpes_harness.tasks.position import resolve_task
+
+    position_task = resolve_task(task)
+    samples = results.get("samples") or {}
+    by_position = {}
+    for percent in position_task.positions:
+        name = position_task.subtask_name(percent)
+        if name not in samples:
+            raise ValueError(f"no logged samples for {name}: run lm-eval with log_samples=True (--log_samples)")
+        logged = sorted(samples[name], key=lambda s: s["doc_id"])
+        by_position[percent] = [float(s[position_task.metric_name]) for s in logged]
+    return by_position
 
 
 def load_comparison(path: str | Path) -> dict:

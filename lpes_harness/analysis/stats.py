@@ -28,7 +28,10 @@ def wilson_interval(successes: int, total: int, z: float = Z_95) -> tuple[float,
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Exactly 0 / 1 at the ends (rounding would leave a 1e-17 there).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == total else min(1.0, centre + half)
+    return low, high
 
 
 def mcnemar_exact(gained: int, lost: int) -> float:

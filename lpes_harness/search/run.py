@@ -47,20 +47,21 @@ scales are changed in place.
 # defaults are the paper's (kv_retrieval, population 32 / 20 generations / 200 samples per
 # position, y in [1, 2] from 1.5): for 7B models, days on a 2-core CPU.
 #
-# The `cpu` profile is the bundled SmolLM2-135M on a 2-core CPU within an hour, on the task
-# it can do (multi_needle; kv_retrieval measures copying on it). The arithmetic: a ~750-token
-# multi_needle prompt is one forward of ~1.6 s in float32 on 2 threads (this CPU has no native
-# bfloat16, which runs 3x slower here; `--dtype auto` picks it only where native). 12 samples
-# at each of the 5 positions is 60 forwards, ~96 s per individual; a 3-point sweep (raced)
-# plus 8 + 4 x 5 individuals is at most 31 individuals, ~50 min worst case, and racing
-# stops hopeless ones early. The range is wide, [0.25, 2.5]: curves that help rise to
-# 1.5-1.85 in late layers although uniform 1.2 wrecks the model, so the sweep picks the
-# start and the range stays open; the y step of a mutation grows with the range (0.4).
+# The `cpu` profile is the bundled SmolLM2-135M on a 2-core CPU within about an hour, on the
+# task it can do (multi_needle; kv_retrieval measures copying on it). The arithmetic: a
+# ~750-token multi_needle prompt is one float32 forward of ~2.1 s on 2 threads, measured in
+# the search itself (this CPU has no native bfloat16, which runs 3x slower here; `--dtype
+# auto` picks it only where native). 12 samples at each of the 5 positions is 60 forwards,
+# ~2 min per individual; a 3-point sweep (raced) plus 8 + 3 x 5 individuals (and at most one
+# more crossover child per generation) is at most 29 individuals, about an hour worst case,
+# less with racing. The range is wide, [0.25, 2.5]: curves that help rise to 1.5-1.85 in
+# late layers although uniform 1.2 wrecks the model, so the sweep picks the start and the
+# range stays open; the y step of a mutation grows with the range (0.4).
 PROFILES = {
     "paper": {},
     "cpu": {
         "task": "multi_needle", "mode": "greedy", "num_samples": 12, "chunk_size": 6,
-        "population": 8, "parents": 3, "mutants": 4, "crossovers": 1, "generations": 4,
+        "population": 8, "parents": 3, "mutants": 4, "crossovers": 1, "generations": 3,
         "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
         "sweep": "1,0.8,1.2", "heldout_samples": 40,
     },
@@ -72,7 +73,7 @@ profiles (--profile; the command line and --config override a profile's values):
          12 parents, 16 mutants + 4 crossovers, 20 generations, 200 samples per position,
          greedy fitness, y in [1, 2] from 1.5, Mx 2, My 0.2
   cpu    the bundled SmolLM2-135M on multi_needle on a 2-core CPU (under an hour):
-         population 8, 3 parents, 4 mutants + 1 crossover, 4 generations, 12 samples at
+         population 8, 3 parents, 4 mutants + 1 crossover, 3 generations, 12 samples at
          each of the 5 positions (middle = 25/50/75 %), greedy fitness, a uniform sweep
          1,0.8,1.2 picks the start, y in [0.25, 2.5] (step 0.05), Mx 3, My 0.4; then 40
          held-out samples per position, paired with vanilla and PI
