@@ -1,0 +1,78 @@
+"""--dtype: bfloat16 only where it is native; RoPE positions stay float32; greedy decisions survive bfloat16."""
+
+import torch
+from tiny_models import random_ids, tiny_model
+
+from lpes_harness import rope
+from lpes_harness.models import choose_dtype, cpu_has_native_bf16
+
+AVX2 = "processor : 0\nflags : fpu sse sse2 avx avx2 fma\n"
+AVX512_BF16 = "processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n"
+AMX = "processor : 0\nflags : fpu avx2 amx_bf16 amx_tile\n"
+
+
+def test_auto_picks_bfloat16_only_where_it_is_native(monkeypatch):
+    assert not cpu_has_native_bf16(AVX2)
+    assert cpu_has_native_bf16(AVX512_BF16) and cpu_has_native_bf16(AMX)
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+    assert choose_dtype("auto", "cpu") == "float32"
+    assert choose_dtype("auto", "cuda") == "bfloat16"
+    assert choose_dtype("float16", "cpu") == "float16"
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    assert choose_dtype("auto", "cpu") == "bfloat16"
+
+
+def test_scaled_rope_positions_are_computed_in_float32_in_a_bfloat16_model():
+    model = tiny_model("llama").to(torch.bfloat16)
+    length, scale = 300, 1.3
+    rope.install(model, [scale] + [1.0] * (len(model.model.layers) - 1))
+    received = {}
+    hook = model.model.layers[0].self_attn.register_forward_pre_hook(
+        lambda module, args, kwargs: received.update(kwargs), with_kwargs=True)
+    ids = random_ids(length)
+    with torch.no_grad():
+        model(ids)
+        hidden = torch.zeros(1, length, model.config.hidden_size, dtype=torch.bfloat16)
+        exact = model.model.rotary_emb(hidden, (torch.arange(length, dtype=torch.float32) / scale)[None])
+        rounded = model.model.rotary_emb(hidden, (torch.arange(length).to(torch.bfloat16) / scale)[None])
+    hook.remove()
+    cos, sin = received["position_embeddings"]
+    assert cos.dtype == torch.bfloat16
+    assert torch.equal(cos, exact[0]) and torch.equal(sin, exact[1])
+    assert not torch.equal(cos, rounded[0])  # bfloat16 positions would be visibly off: the test can fail
+
+
+def test_bfloat16_keeps_the_greedy_decision_where_the_margin_is_large():
+    model32 = tiny_model("llama", seed=3)
+    rope.install(model32, [0.8, 1.0, 1.3, 1.6])
+    model16 = tiny_model("llama", seed=3).to(torch.bfloat16)
+    rope.install(model16, [0.8, 1.0, 1.3, 1.6])
+    ids = random_ids(64, batch=4)
+    with torch.no_grad():
+        logits32 = model32(ids).logits.float()
+        logits16 = model16(ids).logits.float()
+    top2 = logits32.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 0.1  # bfloat16 rounds logits by ~1e-2 here
+    assert clear.sum() > 50
+    assert torch.equal(logits32.argmax(-1)[clear], logits16.argmax(-1)[clear])
+
+
+def _benchmark():
+    import importlib.util
+
+    from conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("dtype_agreement", REPO_ROOT / "benchmarks" / "dtype_agreement.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_agreement_benchmarks_statistics():
+    bench = _benchmark()
+    assert bench.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert bench.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert abs(bench.spearman([1, 2, 2, 3], [1, 2, 3, 4]) - 0.9487) < 1e-4  # average ranks for ties
+    fit = [0.1, 0.5, 0.9, 0.3, 0.7, 0.2]
+    assert bench.same_parents_rate(fit, fit, 4, 2, trials=50) == 1.0
+    assert bench.same_parents_rate(fit, [-v for v in fit], 4, 2, trials=50) == 0.0
