@@ -395,44 +395,5 @@ def eos_ids(model: nn.Module) -> list[int]:
 
 # ----------------------------------------------------------------------------- lm-eval
 
-
-class RightPaddingLengthsMixin:
-    """Recover each row's length in HFLM's right-padded ``loglikelihood`` batches.
-
-    HFLM pads those batches with token 0 on the right and calls the model with no
-    attention mask. A causal model does not care, but a baseline that looks at each
-    sample's *last* token (Ms-PoE's head statistic) does. We record every input row
-    HFLM will build, then match each padded row against them: the longest recorded
-    row that it starts with, followed only by padding, is that row's real content.
-    """
-
-    _expected_rows: dict[int, set[tuple[int, ...]]] | None = None
-
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
-        expected: dict[int, set[tuple[int, ...]]] = {}
-        for _, context_enc, continuation_enc in requests:
-            row = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1) :][:-1]
-            expected.setdefault(len(row), set()).add(tuple(row))
-        self._expected_rows = expected
-        try:
-            return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
-        finally:
-            self._expected_rows = None
-
-    def _last_real_index(self, inps: torch.Tensor) -> torch.Tensor | None:
-        """Index of each row's last real token, or ``None`` when the rows are not padded loglikelihood inputs."""
-        expected = self._expected_rows
-        if not expected:
-            return None
-        width = inps.shape[1]
-        lengths = sorted((n for n in expected if n <= width), reverse=True)
-        rows = inps.tolist()
-        last = []
-        for row in rows:
-            found = width
-            for n in lengths:
-                if all(t == 0 for t in row[n:]) and tuple(row[:n]) in expected[n]:
-                    found = n
-                    break
-            last.append(found - 1)
-        return torch.tensor(last, dtype=torch.long, device=inps.device)
+# What a baseline overrides of HFLM lives with the rest of lm-eval's internals.
+from lpes_harness.lmeval.hflm import RightPaddingLengthsMixin  # noqa: E402,F401 (re-exported)

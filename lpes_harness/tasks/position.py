@@ -7,11 +7,11 @@ per gold position: the gold item is taken out and re-inserted at index
 0/4/9/14/19), the context is rendered to a prompt, and the model's answer is scored.
 
 A task is a :class:`PositionTask`: an example builder, a prompt renderer, the positions
-and a metric. From it this module makes
-
-- an lm-eval :class:`~lm_eval.api.group.Group` in memory (:func:`build_group`), or
-- YAML files for the CLI (:func:`write_task_yaml`), whose ``custom_dataset`` is
-  :func:`load_dataset` and whose ``process_results`` is :func:`process_results`.
+and a metric. This module is the task API (the registry, option checks, splits, docs); it
+knows nothing of lm-eval. :mod:`lpes_harness.lmeval.tasks` turns a task into lm-eval tasks
+(an in-memory group, or YAML files); its public names are re-exported here
+(``build_group``, ``write_task_yaml``, ``load_dataset``, ``process_results``, ...), and
+the YAML files name ``lpes_harness.tasks.position.load_dataset``.
 
 Parameters arrive as lm-eval task metadata (``--metadata``): the common keys
 ``data_path``, ``split``, ``num_samples``, ``seed`` plus each task's own options.
@@ -25,10 +25,8 @@ import importlib
 import json
 import logging
 import random
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lpes_harness.tasks.data import TaskDataError
@@ -187,23 +185,6 @@ def gold_index(percent: int, num_items: int) -> int:
 # ---------------------------------------------------------------- options
 
 
-def _model_arg_names() -> set[str]:
-    # lm-eval 0.4.13 merges --model_args into every task's metadata, so the metadata we
-    # receive mixes the user's task keys with model keys. To reject typos in task keys
-    # without rejecting model keys we read the model args from the running simple_evaluate.
-    frame = sys._getframe()
-    while frame is not None:
-        if frame.f_code.co_name == "simple_evaluate" and frame.f_globals.get("__name__") == "lm_eval.evaluator":
-            model_args = frame.f_locals.get("model_args")
-            if isinstance(model_args, str):
-                from lm_eval.utils import simple_parse_args_string
-
-                return set(simple_parse_args_string(model_args))
-            return set(model_args) if isinstance(model_args, dict) else set()
-        frame = frame.f_back
-    return set()
-
-
 def _all_position_option_names() -> set[str]:
     load_builtin_tasks()  # so their keys are known even if not loaded yet
     names = set(COMMON_OPTIONS)
@@ -212,14 +193,17 @@ def _all_position_option_names() -> set[str]:
     return names
 
 
-def resolve_options(task: PositionTask, metadata: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+def resolve_options(
+    task: PositionTask, metadata: Mapping[str, Any], tolerated: Iterable[str] = ()
+) -> tuple[dict[str, Any], set[str]]:
     """Defaults overlaid with the user's keys, checked; returns (options, keys the user gave).
 
     Keys of other position tasks are tolerated (one ``--metadata`` serves every task of a
-    run), as are lm-eval's own keys and the model args it merges in. Anything else is an error.
+    run), as are lm-eval's own keys and ``tolerated`` (the lm-eval glue passes the model args
+    lm-eval merges into task metadata). Anything else is an error.
     """
     accepted = task.accepted_options
-    tolerated = _all_position_option_names() | LM_EVAL_METADATA_KEYS | _model_arg_names()
+    tolerated = _all_position_option_names() | LM_EVAL_METADATA_KEYS | set(tolerated)
     options = dict(accepted)
     given: set[str] = set()
     unknown = []
@@ -353,159 +337,18 @@ def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> 
     return docs
 
 
-# ---------------------------------------------------------------- lm-eval glue
+# ---------------------------------------------------------------- the lm-eval side (re-exported)
+
+# Defined in lpes_harness.lmeval.tasks (imported on first use: that module imports this one).
+_LM_EVAL_GLUE = frozenset({
+    "load_dataset", "process_results", "score", "task_config", "group_config", "build_group",
+    "task_yaml_files", "write_task_yaml", "position_scores", "precheck",
+})
 
 
-def load_dataset(position_task: PositionTask | str, gold_percent: int, **metadata) -> Any:
-    """lm-eval ``custom_dataset``: called with the task metadata and the YAML ``dataset_kwargs``."""
-    import datasets
+def __getattr__(name: str) -> Any:
+    if name in _LM_EVAL_GLUE:
+        from lpes_harness.lmeval import tasks as glue
 
-    task = resolve_task(position_task)
-    if gold_percent not in task.positions:
-        raise TaskDataError(f"{task.name}: gold_percent={gold_percent!r} is not one of {task.positions}")
-    options, _ = resolve_options(task, metadata)
-    docs = build_docs(task, gold_percent, options)
-    return datasets.DatasetDict({TEST_SPLIT: datasets.Dataset.from_list(docs)})
-
-
-def score(task: PositionTask, doc: Mapping[str, Any], results: Sequence[str]) -> dict[str, float]:
-    return {task.metric_name: task.metric(results[0], doc["answers"])}
-
-
-def process_results(doc: Mapping[str, Any], results: Sequence[str]) -> dict[str, float]:
-    """lm-eval ``process_results``: the task's metric on the generated answer."""
-    return score(resolve_task(doc["position_task"]), doc, results)
-
-
-def task_config(task: PositionTask, percent: int) -> dict[str, Any]:
-    """The lm-eval task config of one gold position (without the two callables)."""
-    return {
-        "task": task.subtask_name(percent),
-        "dataset_kwargs": {"gold_percent": percent},
-        "test_split": TEST_SPLIT,
-        "output_type": "generate_until",
-        "doc_to_text": "prompt",
-        "doc_to_target": "target",
-        "generation_kwargs": dict(task.generation_kwargs),
-        "num_fewshot": 0,
-        "metric_list": [{"metric": task.metric_name, "aggregation": "mean", "higher_is_better": True}],
-        "metadata": {"version": 1.0},
-        # lm-eval reads the doc field of this name as the start of the answer.
-        **({"gen_prefix": "answer_prefix"} if task.answer_prefix else {}),
-    }
-
-
-def group_config(task: PositionTask) -> dict[str, Any]:
-    return {
-        "group": task.name,
-        "task": [task.subtask_name(p) for p in task.positions],
-        # Positions are equally sized; the group score is the plain mean over positions.
-        "aggregate_metric_list": [{"metric": task.metric_name, "aggregation": "mean", "weight_by_size": False}],
-        "metadata": {"version": 1.0},
-    }
-
-
-def build_group(task: PositionTask, metadata: Mapping[str, Any] | None = None):
-    """An lm-eval Group with one ConfigurableTask per position, built in memory.
-
-    Pass it to ``lm_eval.simple_evaluate(model=..., tasks=[group])``. ``metadata`` takes the
-    same keys as ``--metadata`` and is checked before any data is built.
-    """
-    from lm_eval.api.group import Group
-    from lm_eval.api.task import ConfigurableTask
-
-    register_position_task(task)
-    metadata = dict(metadata or {})
-    resolve_options(task, metadata)  # fail here, before any task is built
-    config = group_config(task)
-    group = Group.from_config({k: v for k, v in config.items() if k != "task"})
-    for percent in task.positions:
-        task_cfg = task_config(task, percent)
-        task_cfg["dataset_kwargs"] = {"position_task": task, "gold_percent": percent}
-        task_cfg["custom_dataset"] = load_dataset
-        task_cfg["process_results"] = functools.partial(score, task)
-        task_cfg["metadata"] = {**task_cfg["metadata"], **metadata}
-        group.add(ConfigurableTask(config=task_cfg))
-    return group
-
-
-_GENERATED_HEADER = "# Generated by lpes_harness.tasks.position.write_task_yaml from {reference}; edit the task, then regenerate.\n"
-
-
-def _yaml_value(value: Any) -> str:
-    # JSON is valid YAML flow style and keeps this writer free of a YAML dumper.
-    return json.dumps(value)
-
-
-def task_yaml_files(task: PositionTask, reference: str) -> dict[str, str]:
-    """File name -> YAML text for the group and each position; ``reference`` is ``"module:ATTRIBUTE"``."""
-    if resolve_task(reference) is not task:
-        raise ValueError(f"{reference!r} does not refer to the task {task.name!r}")
-    header = _GENERATED_HEADER.format(reference=reference)
-    files = {}
-    for percent in task.positions:
-        config = task_config(task, percent)
-        config["dataset_kwargs"] = {"position_task": reference, "gold_percent": percent}
-        lines = [header]
-        for key, value in config.items():
-            lines.append(f"{key}: {_yaml_value(value)}\n")
-            if key == "task":
-                lines.append(f"custom_dataset: !function {__name__}.load_dataset\n")
-                lines.append(f"process_results: !function {__name__}.process_results\n")
-        files[f"{task.subtask_name(percent)}.yaml"] = "".join(lines)
-    group_lines = [header] + [f"{key}: {_yaml_value(value)}\n" for key, value in group_config(task).items()]
-    files[f"{task.name}.yaml"] = "".join(group_lines)
-    return files
-
-
-def write_task_yaml(task: PositionTask, directory: str | Path, reference: str) -> list[Path]:
-    """Write the lm-eval YAML of ``task`` into ``directory`` (for ``--include_path``)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in task_yaml_files(task, reference).items():
-        path = directory / name
-        tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # atomic: never a half-written task file
-        written.append(path)
-    return written
-
-
-def position_scores(results: Mapping[str, Any], task: PositionTask | str) -> dict[int, float]:
-    """Gold percent -> score, read from an lm-eval results dict (``simple_evaluate`` or results JSON)."""
-    task = resolve_task(task)
-    per_task = results["results"]
-    scores = {}
-    for percent in task.positions:
-        entry = per_task[task.subtask_name(percent)]
-        scores[percent] = float(entry[f"{task.metric_name},none"])
-    return scores
-
-
-# ---------------------------------------------------------------- early checks
-
-
-def precheck(task_names: Sequence[str] | str | None, metadata: Mapping[str, Any] | None, model_args: Any = None) -> None:
-    """Check the options and data files of the position tasks in ``task_names``.
-
-    lm-eval 0.4.13 loads the model before it builds the tasks, so a typo in ``--metadata``
-    or a broken ``data_path`` would surface only after the model load. The start-up hook
-    calls this first, from ``simple_evaluate``, so such errors come before any model work.
-    """
-    if not task_names or not metadata:
-        return
-    names = task_names.split(",") if isinstance(task_names, str) else [str(n) for n in task_names]
-    load_builtin_tasks()
-    if isinstance(model_args, str):
-        from lm_eval.utils import simple_parse_args_string
-
-        model_args = simple_parse_args_string(model_args)
-    model_keys = set(model_args or {})
-    task_metadata = {k: v for k, v in metadata.items() if k not in model_keys}
-    for task in list(POSITION_TASKS.values()):
-        if not any(name == task.name or name.startswith(f"{task.name}_pos") for name in names):
-            continue
-        options, _ = resolve_options(task, task_metadata)
-        if options["data_path"] is not None and task.count_records is not None:
-            task.count_records(options)  # reads the file: missing file, bad line -> file:line
+        return getattr(glue, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

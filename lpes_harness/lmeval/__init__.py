@@ -1,0 +1,17 @@
+"""The one place that knows lm-eval's internals.
+
+- :mod:`.registration`: lazy model entries, our task folder in every ``TaskManager``, and the
+  early checks wrapped around ``simple_evaluate`` and the command line; shared by the ``.pth``
+  start-up hook (:mod:`lpes_harness._startup`) and ``lpes-eval`` (:mod:`lpes_harness.plugin`).
+- :mod:`.tasks`: position tasks as lm-eval tasks (``custom_dataset``, ``process_results``,
+  in-memory groups, YAML files, the precheck, results reading).
+- :mod:`.requests`: lm-eval requests and its tokenisation of a (context, answer) pair.
+- :mod:`.hflm`: what our HFLM subclasses override of HFLM.
+- :mod:`.contract`: the lm-eval internals all of the above assume, checked by
+  ``tests/test_lmeval_contract.py`` against the pinned version.
+
+Cheap to import: nothing here imports lm-eval, torch or transformers at module level.
+"""
+
+# The lm-eval version these modules were written against (pyproject pins it).
+LM_EVAL_VERSION = "0.4.13"

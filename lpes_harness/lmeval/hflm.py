@@ -1,0 +1,51 @@
+"""What our lm-eval models override of HFLM's internals."""
+
+from __future__ import annotations
+
+import torch
+
+# HFLM's loglikelihood batches are right-padded by lm_eval.models.utils_hf.pad_and_concat,
+# which pads with torch.zeros: token id 0 (checked by lmeval.contract).
+LOGLIKELIHOOD_PAD_ID = 0
+
+
+class RightPaddingLengthsMixin:
+    """Recover each row's length in HFLM's right-padded ``loglikelihood`` batches.
+
+    HFLM pads those batches with token :data:`LOGLIKELIHOOD_PAD_ID` on the right and calls the
+    model with no attention mask. A causal model does not care, but a baseline that looks at
+    each sample's *last* token (Ms-PoE's head statistic) does. We record every input row
+    HFLM will build, then match each padded row against them: the longest recorded
+    row that it starts with, followed only by padding, is that row's real content.
+    """
+
+    _expected_rows: dict[int, set[tuple[int, ...]]] | None = None
+
+    def _loglikelihood_tokens(self, requests, *args, **kwargs):
+        expected: dict[int, set[tuple[int, ...]]] = {}
+        for _, context_enc, continuation_enc in requests:
+            row = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1) :][:-1]
+            expected.setdefault(len(row), set()).add(tuple(row))
+        self._expected_rows = expected
+        try:
+            return super()._loglikelihood_tokens(requests, *args, **kwargs)
+        finally:
+            self._expected_rows = None
+
+    def _last_real_index(self, inps: torch.Tensor) -> torch.Tensor | None:
+        """Index of each row's last real token, or ``None`` when the rows are not padded loglikelihood inputs."""
+        expected = self._expected_rows
+        if not expected:
+            return None
+        width = inps.shape[1]
+        lengths = sorted((n for n in expected if n <= width), reverse=True)
+        rows = inps.tolist()
+        last = []
+        for row in rows:
+            found = width
+            for n in lengths:
+                if all(t == LOGLIKELIHOOD_PAD_ID for t in row[n:]) and tuple(row[:n]) in expected[n]:
+                    found = n
+                    break
+            last.append(found - 1)
+        return torch.tensor(last, dtype=torch.long, device=inps.device)

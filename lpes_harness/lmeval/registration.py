@@ -1,0 +1,215 @@
+"""Registration with lm-eval: lazy models, our tasks, and the early checks.
+
+Run right after lm-eval executes each of the modules in :data:`AFTER_IMPORT` (the ``.pth``
+hook's finder in :mod:`lpes_harness._startup` calls :func:`after_import`), or at once for the
+ones already imported (:func:`install`, what ``lpes-eval`` calls):
+
+- ``lm_eval.api.registry``: *lazy* registry entries (``"module:Class"`` strings) for our
+  models, so torch is imported only when one of them is used;
+- ``lm_eval.tasks.manager``: every ``TaskManager`` that includes lm-eval's default tasks also
+  includes ours, so ``--tasks kv_retrieval`` works without ``--include_path``
+  (``LPES_NO_AUTO_TASKS=1`` turns that off);
+- ``lm_eval.evaluator``: ``simple_evaluate`` checks ``lpes_hf``'s scale arguments and our
+  position tasks' options and data files before it loads the model, and publishes the model
+  args in :data:`MODEL_ARGS` while it runs (the task glue tolerates those keys in metadata);
+- ``lm_eval.config.evaluate_config``: a bad ``lpes_hf`` scale argument on the command line
+  exits 2 with one line, before lm-eval indexes its tasks or loads the model.
+
+Every patched callable passes ``*args, **kwargs`` through untouched, so a keyword lm-eval adds
+later reaches the original.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+import sys
+
+# name -> "module:Class"; lm-eval imports the target on first use.
+LAZY_MODELS = {
+    "lpes_hf": "lpes_harness.lm:LPESLM",
+    "mspoe_hf": "lpes_harness.baselines.mspoe:MsPoELM",
+    "buckets_hf": "lpes_harness.baselines.buckets:BucketsLM",
+    "moice_hf": "lpes_harness.baselines.moice:MoICELM",
+}
+
+# Models whose arguments are lpes_hf's (scales, control_points, curve, pi).
+SCALES_MODELS = ("lpes_hf",)
+
+# The model args of the simple_evaluate call in progress (a dict), None outside one.
+# lm-eval 0.4.13 merges --model_args into every task's metadata; the task glue reads this to
+# tell the user's task keys from model keys.
+MODEL_ARGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lpes_model_args", default=None)
+
+_WRAPPED = "_lpes_wrapped"
+
+
+def parse_model_args(model_args) -> dict:
+    """``--model_args`` as a dict (lm-eval's own parser for the string form)."""
+    if isinstance(model_args, str):
+        from lm_eval.utils import simple_parse_args_string
+
+        return simple_parse_args_string(model_args)
+    return dict(model_args) if isinstance(model_args, dict) else {}
+
+
+def register_lazy_models(registry_module) -> None:
+    # lm-eval fills its registry with the built-in models only when it finds the
+    # registry empty; ours would make it non-empty, so load the built-ins first
+    # (lm_eval.models is a name -> "module:Class" table: cheap, no torch).
+    import lm_eval.models  # noqa: F401
+
+    registry = registry_module.model_registry
+    for name, target in LAZY_MODELS.items():
+        if name not in registry:
+            registry.register(name, target=target)
+
+
+def our_tasks_dir():
+    from lpes_harness.tasks import TASKS_DIR
+
+    return TASKS_DIR if TASKS_DIR.is_dir() else None
+
+
+def _bind(original, args, kwargs, name, default):
+    """The value of parameter ``name`` in a call of ``original`` (positional or keyword)."""
+    import inspect
+
+    try:
+        bound = inspect.signature(original).bind_partial(*args, **kwargs)
+    except TypeError:
+        return default
+    return bound.arguments.get(name, default)
+
+
+def _with_our_tasks(include_path, include_defaults):
+    tasks_dir = our_tasks_dir() if include_defaults else None
+    if tasks_dir is None:
+        return include_path
+    from pathlib import Path
+
+    paths = [] if include_path is None else list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+    if any(Path(p).resolve() == tasks_dir.resolve() for p in paths):
+        return include_path
+    return [str(tasks_dir), *paths]  # ours first: a user's --include_path still overrides a same-named task
+
+
+def add_our_tasks_to_task_manager(manager_module) -> None:
+    if os.environ.get("LPES_NO_AUTO_TASKS"):
+        return
+    task_manager = manager_module.TaskManager
+    original_init = task_manager.__init__
+    if getattr(original_init, _WRAPPED, False):
+        return
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        import inspect
+
+        bound = inspect.signature(original_init).bind(self, *args, **kwargs)
+        include_defaults = bound.arguments.get("include_defaults", True)
+        include_path = _with_our_tasks(bound.arguments.get("include_path"), include_defaults)
+        if include_path is not bound.arguments.get("include_path"):
+            bound.arguments["include_path"] = include_path
+        original_init(*bound.args, **bound.kwargs)
+
+    setattr(__init__, _WRAPPED, True)
+    task_manager.__init__ = __init__
+
+
+def model_args_error(model, model_args):
+    """One line saying what is wrong with ``model_args`` for one of our models, or None.
+
+    Cheap: no torch; the layer count comes from the model's config.json or GGUF header.
+    """
+    if not isinstance(model, str) or model not in SCALES_MODELS or not model_args:
+        return None
+    from lpes_harness.scales_file import check_model_args
+
+    try:
+        check_model_args(parse_model_args(model_args))
+    except ValueError as err:
+        return " ".join(str(err).split())
+    except Exception:  # a bug of ours must not stop lm-eval: the model load checks again
+        return None
+    return None
+
+
+def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
+    """simple_evaluate loads the model before the tasks: check our tasks' options first."""
+    original = evaluator_module.simple_evaluate
+    if getattr(original, _WRAPPED, False):
+        return
+
+    @functools.wraps(original)
+    def simple_evaluate(*args, **kwargs):
+        from lpes_harness.lmeval.tasks import precheck
+
+        model = _bind(original, args, kwargs, "model", None)
+        model_args = _bind(original, args, kwargs, "model_args", None)
+        error = model_args_error(model, model_args)
+        if error:
+            from lpes_harness.scales_file import ScalesError
+
+            raise ScalesError(error)
+        task_manager = _bind(original, args, kwargs, "task_manager", None)
+        metadata = _bind(original, args, kwargs, "metadata", None) or getattr(task_manager, "metadata", None)
+        parsed = parse_model_args(model_args)
+        precheck(_bind(original, args, kwargs, "tasks", None), metadata, parsed)
+        token = MODEL_ARGS.set(parsed)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            MODEL_ARGS.reset(token)
+
+    setattr(simple_evaluate, _WRAPPED, True)
+    evaluator_module.simple_evaluate = simple_evaluate
+
+
+def check_model_args_on_the_command_line(config_module) -> None:
+    """lm_eval's command line: a bad lpes_hf scale argument exits 2 before tasks or model load."""
+    config_class = config_module.EvaluatorConfig
+    if getattr(config_class.from_cli, _WRAPPED, False):
+        return
+    original = config_class.from_cli.__func__
+
+    @functools.wraps(original)
+    def from_cli(cls, *args, **kwargs):
+        config = original(cls, *args, **kwargs)
+        error = model_args_error(config.model, config.model_args)
+        if error:
+            sys.stderr.write(f"{_program()}: error: argument --model_args: {error}\n")
+            raise SystemExit(2)
+        return config
+
+    setattr(from_cli, _WRAPPED, True)
+    config_class.from_cli = classmethod(from_cli)
+
+
+def _program() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "lm_eval"
+    return "lm_eval" if name in ("__main__.py", "-c", "") else name
+
+
+# module name -> what to run right after lm-eval executes it
+AFTER_IMPORT = {
+    "lm_eval.api.registry": register_lazy_models,
+    "lm_eval.tasks.manager": add_our_tasks_to_task_manager,
+    "lm_eval.evaluator": check_position_tasks_before_the_model_loads,
+    "lm_eval.config.evaluate_config": check_model_args_on_the_command_line,
+}
+
+
+def after_import(module) -> None:
+    """Our patch of one just-executed lm-eval module (a no-op for any other module)."""
+    patch = AFTER_IMPORT.get(module.__name__)
+    if patch is not None:
+        patch(module)
+
+
+def install() -> None:
+    """Patch the watched lm-eval modules already imported, and watch for the others."""
+    from lpes_harness import _startup
+
+    _startup.install()
