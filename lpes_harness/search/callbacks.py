@@ -68,6 +68,9 @@ class CheckpointCallback(Callback):
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._write(search)
 
+    def on_exception(self, search: GeneticSearch, error: BaseException) -> None:
+        self._write(search)  # what a resume needs, as of the last processed individual
+
 
 class HistoryCallback(Callback):
     """Appends every individual to ``path`` (JSON lines), and each generation's statistics to
@@ -142,8 +145,15 @@ class ProgressCallback(Callback):
         self._generations.set_postfix(generation_postfix(stats))
 
     def on_search_end(self, search: GeneticSearch, result: dict) -> None:
+        self._close()
+
+    def on_exception(self, search: GeneticSearch, error: BaseException) -> None:
+        self._close()  # the terminal is left clean for the traceback
+
+    def _close(self) -> None:
         for bar in (self._individuals, self._generations):
-            bar.close()
+            if bar is not None:
+                bar.close()
 
 
 def generation_postfix(stats: dict) -> dict:

@@ -5,14 +5,18 @@ and ``population_size - 1`` of its mutants (brute-force mode: ``population_size`
 per-layer genomes). Each of the ``generations`` that follow is::
 
     parents   = the num_parents fittest of the population
-    children  = num_crossovers crossovers of two random parents (each keeps its fitter child)
+    children  = num_crossovers crossovers of two random parents (the loop evaluates both
+                children of each and keeps the fitter)
     mutants   = num_mutants mutants of random parents
     population = parents + children + mutants
 
-The loop knows nothing of files, plots or lm-eval. It calls ``evaluate(individual) ->
-(fitness, info)`` (the individual is a list of ``(x, y)`` control points with its layer
+The loop knows nothing of files, plots or lm-eval. The toolbox's operators only vary (as in
+DEAP's ``eaSimple``); the loop evaluates every individual itself, through ``evaluate(individual)
+-> (fitness, info)`` (the individual is a list of ``(x, y)`` control points with its layer
 scales on ``individual.scales``; ``info`` must be JSON-serialisable), and reports to
-callbacks, which observe it through their hooks.
+callbacks, which observe it through their hooks (one dispatcher, :meth:`GeneticSearch._call_hooks`;
+``on_exception`` when a run fails). A callback with state of its own keeps it in the search's
+state (``state_dict`` / ``load_state_dict``), as Lightning callbacks do.
 
 **Fitness cache.** Results are keyed by the layer scales rounded to ``cache_decimals``, so
 a genome whose scales were seen before (a duplicate mutant, a crossover child equal to an
@@ -40,64 +44,15 @@ import inspect
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Sequence
 
 from lpes_harness.curves import smoothness
 from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
-from lpes_harness.search.operators import MUTATIONS, build_toolbox
+from lpes_harness.search.config import SearchConfig  # noqa: F401 (re-exported)
+from lpes_harness.search.operators import build_toolbox, fitter
 
 STATE_FORMAT = 1
 EvaluateFn = Callable[[Any], "tuple[float, dict]"]
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """The GA's knobs; defaults are the paper's."""
-
-    population_size: int = 32
-    num_parents: int = 12
-    num_mutants: int = 16
-    num_crossovers: int = 4
-    generations: int = 20
-    mutation_x: float = 2.0  # Mx, in layers
-    mutation_y: float = 0.2  # My, in scale units
-    crossover_tries: int = 4  # N_ct (the paper: at most 4 tries)
-    seed: int = 0
-    cache_decimals: int = 6
-    mutation: str = "paper"  # "paper": Equation 4's intervals; "joint": the wider joint draw (operators.py)
-
-    def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{f.name} must be an integer, got {value!r}")
-        for name in ("population_size", "num_parents", "crossover_tries"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("num_mutants", "num_crossovers", "generations"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        next_size = self.num_parents + self.num_crossovers + self.num_mutants
-        if next_size != self.population_size:
-            raise ValueError(
-                f"population_size ({self.population_size}) must equal num_parents + num_crossovers + num_mutants "
-                f"({self.num_parents} + {self.num_crossovers} + {self.num_mutants} = {next_size}): "
-                "each generation is parents + crossover children + mutants"
-            )
-        if self.num_crossovers and self.num_parents < 2:
-            raise ValueError(f"crossover needs at least 2 parents, got num_parents={self.num_parents}")
-        if not (self.mutation_x >= 0 and self.mutation_y >= 0):
-            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mutation_x}, My={self.mutation_y}")
-        if self.mutation not in MUTATIONS:
-            raise ValueError(f"mutation must be one of {', '.join(MUTATIONS)}, got {self.mutation!r}")
-
-    def planned_individuals(self) -> int:
-        """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""
-        return self.population_size + self.generations * (2 * self.num_crossovers + self.num_mutants)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def is_raced(individual) -> bool:
@@ -125,6 +80,21 @@ class Callback:
 
     def on_search_end(self, search: "GeneticSearch", result: dict) -> None:
         """After the last generation."""
+
+    def on_exception(self, search: "GeneticSearch", error: BaseException) -> None:
+        """When :meth:`GeneticSearch.run` fails (the error is raised again after the hooks)."""
+
+    @property
+    def state_key(self) -> str:
+        """Where this callback's state is kept in the search's state."""
+        return type(self).__name__
+
+    def state_dict(self) -> dict:
+        """This callback's own state, saved with the search's (empty: nothing saved)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 
 class GeneticSearch:
@@ -175,18 +145,25 @@ class GeneticSearch:
 
     # ----------------------------------------------------------------- running
     def run(self) -> dict:
-        for callback in self.callbacks:
-            callback.on_search_start(self)
-        if self.completed_generation < 0:
-            self._generation = 0
-            self._finish_generation(self._initial_population())
-        while self.completed_generation < self.config.generations:
-            self._generation = self.completed_generation + 1
-            self._finish_generation(self._next_generation(self.population))
-        result = self.result()
-        for callback in self.callbacks:
-            callback.on_search_end(self, result)
+        try:
+            self._call_hooks("on_search_start")
+            if self.completed_generation < 0:
+                self._generation = 0
+                self._finish_generation(self._initial_population())
+            while self.completed_generation < self.config.generations:
+                self._generation = self.completed_generation + 1
+                self._finish_generation(self._next_generation(self.population))
+            result = self.result()
+            self._call_hooks("on_search_end", result)
+        except BaseException as error:
+            self._call_hooks("on_exception", error)
+            raise
         return result
+
+    def _call_hooks(self, name: str, *args) -> None:
+        """Call hook ``name`` of every callback, in order, with ``(self, *args)``."""
+        for callback in self.callbacks:
+            getattr(callback, name)(self, *args)
 
     def _initial_population(self) -> list:
         if self.spec.brute_force:
@@ -204,7 +181,7 @@ class GeneticSearch:
                 population.append(mutant)
         self._kept_fitnesses = []
         for individual in population:
-            self._kept_fitnesses.append(self._evaluate(individual))
+            self._kept_fitnesses.append(self.toolbox.evaluate(individual))
         return population
 
     def _next_generation(self, population: list) -> list:
@@ -213,14 +190,17 @@ class GeneticSearch:
         children = []
         for _ in range(self.config.num_crossovers):
             parent1, parent2 = self.rng.sample(parents, 2)
-            child, _origin = self.toolbox.mate(parent1, parent2)
+            offspring, _origin = self.toolbox.mate(parent1, parent2)
+            for child in offspring:
+                self.toolbox.evaluate(child)
+            child = fitter(offspring)
             children.append(child)
             self._kept_fitnesses.append(child.fitness.values[0])
         mutants = []
         for _ in range(self.config.num_mutants):
             (mutant,) = self.toolbox.mutate(self.toolbox.clone(self.rng.choice(parents)))
             mutant.origin = "mutant"
-            self._kept_fitnesses.append(self._evaluate(mutant))
+            self._kept_fitnesses.append(self.toolbox.evaluate(mutant))
             mutants.append(mutant)
         return parents + children + mutants
 
@@ -230,7 +210,6 @@ class GeneticSearch:
         individual.scales = scales
         key = cache_key(scales, self.config.cache_decimals)
         index = self.processed
-        self.processed += 1
         cached = key in self.cache
         started = time.perf_counter()
         if cached:
@@ -240,6 +219,8 @@ class GeneticSearch:
             self.cache[key] = (fitness, info)
             self.evaluations += 1
         seconds = time.perf_counter() - started
+        # Counted once done: a state saved while it runs (on_exception) does not claim it.
+        self.processed += 1
         individual.fitness.values = (fitness,)
         individual.info = info
         record = {
@@ -256,8 +237,7 @@ class GeneticSearch:
         if self.best is None or fitness > self.best["fitness"]:
             self.best = {k: record[k] for k in ("index", "generation", "genome", "scales", "fitness", "info")}
         if index >= self._replay_until:
-            for callback in self.callbacks:
-                callback.on_individual(self, record)
+            self._call_hooks("on_individual", record)
         return fitness
 
     def selection_threshold(self) -> float:
@@ -317,8 +297,7 @@ class GeneticSearch:
             stats["mean_smoothness"] = sum(smoothness(i.scales) for i in population) / len(population)
         self.generation_stats.append(stats)
         self._boundary = self._snapshot()
-        for callback in self.callbacks:
-            callback.on_generation_end(self, stats)
+        self._call_hooks("on_generation_end", stats)
 
     def result(self) -> dict:
         return {
@@ -346,7 +325,7 @@ class GeneticSearch:
 
     def state_dict(self) -> dict:
         """Everything needed to resume: JSON-serialisable (if ``info`` values are)."""
-        return {
+        state = {
             "format": STATE_FORMAT,
             "spec": self.spec.to_dict(),
             "config": self.config.to_dict(),
@@ -354,6 +333,10 @@ class GeneticSearch:
             "processed_total": self.processed,
             "cache": [[list(key), fitness, info] for key, (fitness, info) in self.cache.items()],
         }
+        callbacks = {cb.state_key: own for cb in self.callbacks if (own := cb.state_dict())}
+        if callbacks:  # only callbacks with state of their own
+            state["callbacks"] = callbacks
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a :meth:`state_dict`; :meth:`run` then continues where it stopped.
@@ -392,5 +375,9 @@ class GeneticSearch:
         self.best = None if state["best"] is None else dict(state["best"])
         self.processed = state["processed"]
         self._replay_until = state["processed_total"]
+        saved_callbacks = state.get("callbacks") or {}
+        for callback in self.callbacks:
+            if callback.state_key in saved_callbacks:
+                callback.load_state_dict(saved_callbacks[callback.state_key])
         self.resumed = True
         self._boundary = self._snapshot()

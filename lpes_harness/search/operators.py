@@ -23,7 +23,8 @@
   mutant is a new individual.
 * ``mate``: single-point crossover. A random index ``k`` is drawn and control point ``k`` is
   swapped between the parents, giving two children; the valid, new ones (not equal to a
-  parent) are evaluated and the fitter is kept (the first child on a tie). Up to
+  parent) are returned, and the loop evaluates them and keeps the fitter (the first child
+  on a tie). Up to
   ``N_ct`` indices are tried. **Fallback:** when no try gives a valid new child (e.g. the
   parents are identical, or every swap breaks the x order), the child is a mutant of the
   fitter parent, so each crossover slot still yields one new evaluated individual.
@@ -147,42 +148,50 @@ def _draw_y(j: int, steps: int, last_cell: int, rng: random.Random) -> int:
             return moved
 
 
-def mate(
-    parent1,
-    parent2,
-    *,
-    spec: GenomeSpec,
-    rng: random.Random,
-    evaluate: Callable,
-    mutate_fallback: Callable,
-    max_tries: int,
-):
-    """Single-point crossover keeping the fitter child; returns ``(child, origin)``.
+def crossover(parent1, parent2, *, spec: GenomeSpec, rng: random.Random, mutate_fallback: Callable, max_tries: int):
+    """Single-point crossover; returns ``(children, origin)``, the children not yet evaluated.
 
-    ``evaluate(individual)`` must set ``individual.fitness.values``. ``origin`` is
-    ``"crossover"`` or ``"crossover_fallback"`` (a mutant of the fitter parent).
+    ``children`` are the valid new ones of the two a swap gives (one or two), with origin
+    ``"crossover"``; or, when no try gives one, a mutant of the fitter parent (origin
+    ``"crossover_fallback"``). The caller evaluates them and keeps the fitter (:func:`fitter`).
     """
     for _ in range(max_tries):
         k = rng.randrange(len(parent1))
         child1, child2 = make_individual(parent1), make_individual(parent2)
         child1[k], child2[k] = parent2[k], parent1[k]
-        children = [
+        children = tuple(
             child for child in (child1, child2) if child != parent1 and child != parent2 and spec.is_valid(child)
-        ]
+        )
         if children:
             for child in children:
                 child.origin = "crossover"  # read by the loop's history records
-                evaluate(child)
-            best = children[0]
-            for child in children[1:]:
-                if child.fitness.values[0] > best.fitness.values[0]:
-                    best = child
-            return best, "crossover"
-    fitter = parent1 if parent1.fitness.values[0] >= parent2.fitness.values[0] else parent2
-    (child,) = mutate_fallback(make_individual(fitter))
+            return children, "crossover"
+    (child,) = mutate_fallback(make_individual(fitter((parent1, parent2))))
     child.origin = "crossover_fallback"
-    evaluate(child)
-    return child, "crossover_fallback"
+    return (child,), "crossover_fallback"
+
+
+def fitter(individuals):
+    """The fittest of evaluated ``individuals``; the first on a tie."""
+    best = individuals[0]
+    for individual in individuals[1:]:
+        if individual.fitness.values[0] > best.fitness.values[0]:
+            best = individual
+    return best
+
+
+def mate(parent1, parent2, *, spec: GenomeSpec, rng: random.Random, evaluate: Callable, mutate_fallback: Callable,
+         max_tries: int):
+    """:func:`crossover`, then each child evaluated and the fitter kept; returns ``(child, origin)``.
+
+    What the search loop does with ``toolbox.mate``'s children, as one call.
+    ``evaluate(individual)`` must set ``individual.fitness.values``.
+    """
+    children, origin = crossover(parent1, parent2, spec=spec, rng=rng, mutate_fallback=mutate_fallback,
+                                 max_tries=max_tries)
+    for child in children:
+        evaluate(child)
+    return fitter(children), origin
 
 
 def build_toolbox(
@@ -198,8 +207,10 @@ def build_toolbox(
 ) -> base.Toolbox:
     """A DEAP toolbox with ``evaluate``, ``mutate``, ``mate`` and ``select`` bound to one search.
 
-    ``toolbox.mutate(toolbox.clone(parent))`` returns ``(mutant,)`` (not yet evaluated);
-    ``toolbox.mate(p1, p2)`` returns ``(child, origin)`` with the child evaluated.
+    The operators only vary (as in DEAP's ``eaSimple``); the loop evaluates:
+    ``toolbox.mutate(toolbox.clone(parent))`` returns ``(mutant,)`` and ``toolbox.mate(p1, p2)``
+    returns ``(children, origin)`` (see :func:`crossover`), none of them evaluated;
+    ``toolbox.evaluate(individual)`` is the search's evaluation.
     """
     if crossover_tries < 1:
         raise ValueError(f"crossover_tries (N_ct) must be >= 1, got {crossover_tries}")
@@ -211,8 +222,6 @@ def build_toolbox(
     toolbox.register("evaluate", evaluate)
     toolbox.register("clone", make_individual)
     toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy, mode=mutation)
-    toolbox.register(
-        "mate", mate, spec=spec, rng=rng, evaluate=evaluate, mutate_fallback=toolbox.mutate, max_tries=crossover_tries
-    )
+    toolbox.register("mate", crossover, spec=spec, rng=rng, mutate_fallback=toolbox.mutate, max_tries=crossover_tries)
     toolbox.register("select", tools.selBest, k=num_parents)
     return toolbox
