@@ -39,51 +39,37 @@ def draw_genomes(spec, count: int, seed: int) -> list:
     Random rather than mutants of the start: mutants barely differ in fitness, and a rank
     correlation over near-ties measures noise, not whether two fitness paths order genomes alike.
     """
-    from lpes_harness.search import initial_genome, make_individual
+    from lpes_harness.search import initial_genome, make_individual, random_genome
 
     rng = random.Random(seed)
     genomes = [make_individual(initial_genome(spec))]
     while len(genomes) < count:
-        xs = sorted(rng.sample(range(spec.x_cells + 1), spec.num_points))
-        ys = [rng.randint(0, spec.y_cells) for _ in xs]
-        genomes.append(make_individual(spec.from_cells(list(zip(xs, ys)))))
+        genomes.append(make_individual(random_genome(spec, rng)))
     for individual in genomes:
         individual.scales = spec.scales(individual)
     return genomes
 
 
-def record_samples(fitness) -> dict:
-    """Keep each scored sample's score (role -> index -> score) as the fitness computes it."""
-    seen: dict = {}
-    score_chunk = fitness.score_chunk
+def scored_fitness(fitness, individual) -> tuple[float, dict]:
+    """``fitness(individual)`` without racing, also returning each sample's score ((role, index) -> score).
 
-    def recording(role, indices):
-        scores = score_chunk(role, indices)
+    The same chunks in the same order as the fitness's own call, through its public pieces:
+    ``score_samples`` for the scores and ``raced_fitness`` for the λ-weighted value.
+    """
+    from lpes_harness.search.fitness import max_sample_score, raced_fitness
+
+    fitness.lm.set_scales(list(individual.scales))
+    seen: dict = {}
+
+    def score_chunk(role, indices):
+        scores = fitness.score_samples(role, indices)
         seen.update({(role, i): s for i, s in zip(indices, scores)})
         return scores
 
-    fitness.score_chunk = recording
-    return seen
-
-
-def record_passes(fitness) -> dict:
-    """Keep each one-pass result ((context, answer) -> AnswerScore) the fitness computes."""
-    seen: dict = {}
-    one_pass = fitness._one_pass
-
-    def recording(pairs):
-        results = one_pass(pairs)
-        seen.update(zip(pairs, results))
-        return results
-
-    fitness._one_pass = recording
-    return seen
-
-
-def replaying(fitness, seen: dict):
-    """A fitness that reads its one-pass results from ``seen`` instead of running the model."""
-    fitness._one_pass = lambda pairs: [seen[pair] for pair in pairs]
-    return fitness
+    config = fitness.config
+    value, _ = raced_fitness(score_chunk, fitness.sizes, config.weights, chunk_size=config.chunk_size,
+                             max_score=max_sample_score(config.mode))
+    return value, seen
 
 
 def spearman(a, b) -> float:
@@ -117,23 +103,20 @@ def compare_paths(lm, base_config, genomes, progress) -> dict:
         "answer-logits": replace(base_config, mode="greedy", scorer="answer-logits", racing=False),
     }
     fitnesses = {name: LMEvalFitness(lm, config) for name, config in paths.items()}
-    samples = {name: record_samples(f) for name, f in fitnesses.items()}
-    passes = record_passes(fitnesses["answer-logits"])
-    # The logprob fitness of the same answer-logits pass, aggregated by the product's own code.
-    logprob = replaying(LMEvalFitness(lm, replace(base_config, mode="logprob", racing=False),
-                                      task_manager=fitnesses["answer-logits"].task_manager), passes)
+    # The mean gold log-probability of the answer-logits pass, scored by the product's own code
+    # (an extra answer-logits pass per genome, untimed).
+    logprob = LMEvalFitness(lm, replace(base_config, mode="logprob", racing=False),
+                            task_manager=fitnesses["answer-logits"].scorer.task_manager)
     rows = []
     for index, genome in enumerate(genomes):
         row = {"genome": [list(p) for p in genome], "seconds": {}, "fitness": {}, "samples": {}}
         for name, fitness in fitnesses.items():
-            samples[name].clear()
-            passes.clear()
             started = time.perf_counter()
-            value, _ = fitness(genome)
+            value, samples = scored_fitness(fitness, genome)
             row["seconds"][name] = time.perf_counter() - started
             row["fitness"][name] = value
-            row["samples"][name] = {f"{role}:{i}": s for (role, i), s in sorted(samples[name].items())}
-        row["fitness"]["logprob"], _ = logprob(genome)  # answer-logits ran last: its passes are in `passes`
+            row["samples"][name] = {f"{role}:{i}": s for (role, i), s in sorted(samples.items())}
+        row["fitness"]["logprob"], _ = logprob(genome)
         rows.append(row)
         progress(f"genome {index + 1}/{len(genomes)}: " + ", ".join(
             f"{n} {row['fitness'][n]:.3f} in {s:.1f} s" for n, s in row["seconds"].items()))
@@ -184,14 +167,20 @@ def context_scaling(lm, base_config, lengths, samples: int, progress) -> list[di
         config = replace(base_config, num_samples=samples, metadata={**base_config.metadata, "num_pairs": num_pairs})
         fitness = LMEvalFitness(lm, config)
         role = "end"
-        task, docs = fitness.tasks[role], fitness.docs[role]
+        task, docs = role_docs(fitness, role)
         tokens = statistics.fmean(len(lm.tok_encode(task.doc_to_text(doc))) for doc in docs)
         started = time.perf_counter()
-        fitness._score(role, list(range(len(docs))))
+        fitness.score_samples(role, list(range(len(docs))))
         seconds = (time.perf_counter() - started) / len(docs)
         rows.append({"target_tokens": target, "num_pairs": num_pairs, "tokens": round(tokens), "seconds_per_sample": seconds})
         progress(f"context {round(tokens)} tokens ({num_pairs} pairs): {seconds:.2f} s / sample")
     return rows
+
+
+def role_docs(fitness, role: str):
+    """The lm-eval task and docs of ``role``'s first gold position (the role's first samples)."""
+    percent = fitness.config.positions[role][0]
+    return fitness.scorer.tasks[percent], fitness.scorer.docs[percent]
 
 
 def _tokens_per_pair(lm, base_config) -> float:
@@ -203,7 +192,8 @@ def _tokens_per_pair(lm, base_config) -> float:
     for pairs in (10, 40):
         config = replace(base_config, num_samples=1, metadata={**base_config.metadata, "num_pairs": pairs})
         fitness = LMEvalFitness(lm, config)
-        lengths[pairs] = len(lm.tok_encode(fitness.tasks["end"].doc_to_text(fitness.docs["end"][0])))
+        task, docs = role_docs(fitness, "end")
+        lengths[pairs] = len(lm.tok_encode(task.doc_to_text(docs[0])))
     return (lengths[40] - lengths[10]) / 30
 
 

@@ -5,7 +5,7 @@
 (checkpoint, history, progress, plots). The lm-eval fitness lives in ``fitness``.
 """
 
-from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
+from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome, random_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, SearchConfig, cache_key
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "initial_genome",
     "make_individual",
     "random_brute_force_genome",
+    "random_genome",
 ]

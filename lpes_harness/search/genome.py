@@ -168,3 +168,14 @@ def random_brute_force_genome(spec: GenomeSpec, rng: random.Random) -> Genome:
     if not spec.brute_force:
         raise ValueError("random_brute_force_genome needs a brute-force GenomeSpec")
     return spec.from_cells([(layer, rng.randint(0, spec.y_cells)) for layer in range(spec.num_layers)])
+
+
+def random_genome(spec: GenomeSpec, rng: random.Random) -> Genome:
+    """A uniformly random valid genome on the grid: distinct x cells in increasing order, each y any cell.
+
+    Brute-force mode: :func:`random_brute_force_genome` (every layer's y drawn).
+    """
+    if spec.brute_force:
+        return random_brute_force_genome(spec, rng)
+    xs = sorted(rng.sample(range(spec.x_cells + 1), spec.num_points))
+    return spec.from_cells([(x, rng.randint(0, spec.y_cells)) for x in xs])
