@@ -126,6 +126,17 @@ def _shown(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def number_list(text: str, separators: str = ";") -> list[float]:
+    """The numbers in ``text`` separated by any of ``separators`` (blank parts skipped).
+
+    The one parser of ``1.0;1.3;1.6`` lists (scales here, the baselines' ``bases``); raises
+    ``ValueError`` on a part that is not a number, each caller words its own error.
+    """
+    for separator in separators[1:]:
+        text = text.replace(separator, separators[0])
+    return [float(part) for part in text.split(separators[0]) if part.strip()]
+
+
 def parse_scales(value: Any) -> float | list[float]:
     """What a user gave for ``scales=`` -> a number or a list of numbers, each finite and > 0.
 
@@ -148,9 +159,8 @@ def parse_scales(value: Any) -> float | list[float]:
             return read_scales_file(text)
         except ScalesFileError as err:
             raise ScalesFileError(f"scales={err}") from None
-    parts = [p.strip() for p in text.split(";") if p.strip()]
     try:
-        numbers = [float(p) for p in parts]
+        numbers = number_list(text)
     except ValueError:
         raise ScalesError(f"{given} is not understood; give {SCALES_FORMS}") from None
     if not numbers:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from lpes_harness import rope
+from lpes_harness.scales_file import number_list
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -47,7 +48,7 @@ def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.
     else:
         text = str(value).strip()
         try:
-            values = [float(part) for part in text.replace(",", ";").split(";") if part.strip()]
+            values = number_list(text, ";,")
         except ValueError:
             raise BaselineError(f"{name}={value!r} is not understood; give numbers separated by ';'") from None
     if not values:
