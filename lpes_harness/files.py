@@ -45,3 +45,29 @@ def save_figure(figure, path: str | os.PathLike, dpi: int = 120) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True, strict: bool = False, numbered: bool = False) -> list:
+    """The JSON lines of a file; blank lines skipped.
+
+    A line that is not JSON is skipped (a torn last line, written by a killed process) unless
+    ``strict``: then only the last line may be torn, and any other raises ``ValueError``
+    naming ``path:line``. ``numbered`` gives ``(line number, record)`` pairs. A missing file
+    is no lines when ``missing_ok``, else ``FileNotFoundError``.
+    """
+    if missing_ok and not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if strict and number != len(lines):
+                raise ValueError(f"{path}:{number}: not a JSON line") from None
+            continue
+        records.append((number, record) if numbered else record)
+    return records

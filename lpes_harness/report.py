@@ -26,14 +26,24 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lpes_harness.files import save_figure
+from lpes_harness import plots
+from lpes_harness.analysis.search_history import (  # noqa: F401 (re-exported)
+    ReportError,
+    best_individual,
+    history_by_generation,
+    population_stats,
+    read_history,
+    smoothness,
+)
 
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
+# The suites' subtasks, in table order, for results that do not list them (no "group_subtasks").
 LEVAL_TASKS = ("leval_coursera", "leval_quality", "leval_tpo", "leval_sci_fi")
+LEVAL_COLUMNS = {"leval_coursera": "Coursera", "leval_quality": "QuALITY", "leval_tpo": "TOEFL", "leval_sci_fi": "SFiction"}
 ZEROSCROLLS_TASKS = (
     "zeroscrolls_gov_report",
     "zeroscrolls_summ_screen_fd",
@@ -46,10 +56,6 @@ ZEROSCROLLS_TASKS = (
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
-
-
-class ReportError(ValueError):
-    """Bad input to the report: the message names the argument and what is accepted."""
 
 
 # ---------------------------------------------------------------- reading
@@ -91,6 +97,7 @@ class Method:
         self.scores: dict[str, dict[str, float]] = {}
         self.task_metadata: dict[str, dict] = {}
         self.scales: list[float] | None = None
+        self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
 
     def add(self, data: Mapping[str, Any]) -> None:
         for task, entry in data["results"].items():
@@ -99,6 +106,9 @@ class Method:
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or any(s in key for s in SKIPPED_METRICS):
                     continue
                 metrics[key.split(",")[0]] = float(value)
+        for group, subtasks in (data.get("group_subtasks") or {}).items():
+            if subtasks:
+                self.suites.setdefault(group, list(subtasks))
         for task, config in (data.get("configs") or {}).items():
             self.task_metadata[task] = config.get("metadata") or {}
         scales = (data.get("config") or {}).get("lpes_scales")
@@ -107,6 +117,14 @@ class Method:
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
+
+
+def suite_tasks(methods: Sequence[Method], group: str, default: Sequence[str]) -> tuple[str, ...]:
+    """The subtasks of suite ``group`` as the results list them (lm-eval's ``group_subtasks``), else ``default``."""
+    for method in methods:
+        if method.suites.get(group):
+            return tuple(method.suites[group])
+    return tuple(default)
 
 
 def load_methods(sources: Sequence[str]) -> list[Method]:
@@ -119,87 +137,6 @@ def load_methods(sources: Sequence[str]) -> list[Method]:
     if not methods:
         raise ReportError("no results given; pass one or more [METHOD=]PATH arguments")
     return list(methods.values())
-
-
-def read_history(path: str | os.PathLike) -> list[dict]:
-    """The search's history lines; unknown keys are kept, blank or cut-off last lines skipped."""
-    records = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                continue  # a search killed mid-write leaves a partial last line
-            raise ReportError(f"{path}:{number}: not a JSON line") from None
-        if "generation" not in record or "fitness" not in record:
-            raise ReportError(f"{path}:{number}: a history line needs 'generation' and 'fitness', got {sorted(record)}")
-        records.append(record)
-    if not records:
-        raise ReportError(f"{path}: no history lines")
-    return records
-
-
-def smoothness(scales: Sequence[float]) -> float:
-    from lpes_harness.curves import smoothness as curve_smoothness
-
-    return curve_smoothness(scales)
-
-
-def history_by_generation(records: Iterable[Mapping[str, Any]]) -> list[dict[str, float]]:
-    """Per generation: best and mean fitness, smoothness of the best and mean smoothness."""
-    generations: dict[int, list[Mapping[str, Any]]] = {}
-    for record in records:
-        generations.setdefault(int(record["generation"]), []).append(record)
-    rows = []
-    for generation in sorted(generations):
-        members = generations[generation]
-        best = max(members, key=lambda r: float(r["fitness"]))
-        smooth = [smoothness(r["scales"]) for r in members if len(r.get("scales") or []) >= 3]
-        rows.append(
-            {
-                "generation": generation,
-                "best_fitness": float(best["fitness"]),
-                "mean_fitness": sum(float(r["fitness"]) for r in members) / len(members),
-                "best_smoothness": smoothness(best["scales"]) if len(best.get("scales") or []) >= 3 else math.nan,
-                "mean_smoothness": sum(smooth) / len(smooth) if smooth else math.nan,
-            }
-        )
-    return rows
-
-
-def population_stats(path: Path) -> list[dict[str, float]] | None:
-    """The search's own per-generation statistics over each whole population, when present.
-
-    ``history.jsonl`` holds only the individuals evaluated in a generation (the parents
-    carried over are not repeated), so the population's best and mean come from
-    ``generations.jsonl``, which the search writes beside it.
-    """
-    if not path.is_file():
-        return None
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            stats = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut off by a stopped run
-        if not {"generation", "best_fitness", "mean_fitness"} <= set(stats):
-            return None
-        best_scales = stats.get("best_scales") or []
-        rows.append({
-            "generation": int(stats["generation"]),
-            "best_fitness": float(stats["best_fitness"]),
-            "mean_fitness": float(stats["mean_fitness"]),
-            "best_smoothness": float(stats.get("best_smoothness", smoothness(best_scales) if len(best_scales) >= 3 else math.nan)),
-            "mean_smoothness": float(stats.get("mean_smoothness", math.nan)),
-        })
-    return rows or None
-
-
-def best_individual(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    return max(records, key=lambda r: float(r["fitness"]))
 
 
 # ---------------------------------------------------------------- tables
@@ -276,12 +213,13 @@ def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -
 
 
 def leval_section(methods: Sequence[Method]) -> str | None:
-    if not any(any(t in m.scores for t in LEVAL_TASKS) for m in methods):
+    tasks = suite_tasks(methods, "leval", LEVAL_TASKS)
+    if not any(any(t in m.scores for t in tasks) for m in methods):
         return None
-    header = ["method", "Coursera", "QuALITY", "TOEFL", "SFiction", "avg"]
+    header = ["method", *[LEVAL_COLUMNS.get(t, t.removeprefix("leval_")) for t in tasks], "avg"]
     rows = []
     for method in methods:
-        values = [method.get(t, "exact_match") for t in LEVAL_TASKS]
+        values = [method.get(t, "exact_match") for t in tasks]
         present = [v for v in values if v is not None]
         rows.append((method.name, [*values, sum(present) / len(present) if len(present) == len(values) else None]))
     note = "Exact match in %, L-Eval's scoring (Coursera: 0.25 for a proper subset of the correct options; SFiction: mean of loyalty and fact)."
@@ -289,19 +227,20 @@ def leval_section(methods: Sequence[Method]) -> str | None:
 
 
 def zeroscrolls_section(methods: Sequence[Method]) -> str | None:
-    if not any(any(t in m.scores for t in ZEROSCROLLS_TASKS) for m in methods):
+    tasks = suite_tasks(methods, "zeroscrolls", ZEROSCROLLS_TASKS)
+    if not any(any(t in m.scores for t in tasks) for m in methods):
         return None
     single_reference = set()
     for method in methods:
         single_reference |= {t for t, meta in method.task_metadata.items() if meta.get("single_reference")}
     names = []
-    for task in ZEROSCROLLS_TASKS:
+    for task in tasks:
         short = task.removeprefix("zeroscrolls_")
         names.append(short + ("†" if task in single_reference or short in ("qasper", "narrative_qa") else ""))
     header = ["method", *names, "avg"]
     rows = []
     for method in methods:
-        values = [None if main_metric(method, t) is None else main_metric(method, t)[1] for t in ZEROSCROLLS_TASKS]
+        values = [None if main_metric(method, t) is None else main_metric(method, t)[1] for t in tasks]
         present = [v for v in values if v is not None]
         rows.append((method.name, [*values, sum(present) / len(present) if len(present) == len(values) else None]))
     note = (
@@ -313,7 +252,8 @@ def zeroscrolls_section(methods: Sequence[Method]) -> str | None:
 
 
 def covered_tasks(methods: Sequence[Method], groups: Mapping[str, Sequence[int]]) -> set[str]:
-    covered = set(LEVAL_TASKS) | set(ZEROSCROLLS_TASKS) | {"leval", "zeroscrolls"}
+    covered = {"leval", "zeroscrolls"}
+    covered |= set(suite_tasks(methods, "leval", LEVAL_TASKS)) | set(suite_tasks(methods, "zeroscrolls", ZEROSCROLLS_TASKS))
     for group, percents in groups.items():
         covered |= {group, *(f"{group}_pos{p}" for p in percents)}
     for method in methods:
@@ -350,69 +290,6 @@ def search_section(rows: Sequence[Mapping[str, float]], best: Mapping[str, Any])
     return "### Search\n\n" + "\n".join(lines) + f"\n\n{best_line}.\n\n![search](search.png)\n"
 
 
-# ---------------------------------------------------------------- plots
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_positions(methods: Sequence[Method], group: str, percents: Sequence[int], path: Path) -> None:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(5, 3.5))
-    for method in methods:
-        points = [(p, main_metric(method, f"{group}_pos{p}")) for p in percents]
-        points = [(p, 100 * v[1]) for p, v in points if v is not None]
-        if points:
-            axes.plot(*zip(*points), marker="o", label=method.name)
-    axes.set_xlabel("gold position (% of context)")
-    axes.set_ylabel("accuracy (%)")
-    axes.set_title(group)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    save_figure(figure, path)
-    plt.close(figure)
-
-
-def plot_scales(curves: Mapping[str, Sequence[float]], path: Path) -> None:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(5, 3.5))
-    for name, scales in curves.items():
-        axes.plot(range(len(scales)), scales, marker=".", label=name)
-    axes.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    axes.set_xlabel("layer")
-    axes.set_ylabel("RoPE position scale")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    save_figure(figure, path)
-    plt.close(figure)
-
-
-def plot_search(rows: Sequence[Mapping[str, float]], path: Path) -> None:
-    plt = _pyplot()
-    figure, (fit_axes, smooth_axes) = plt.subplots(1, 2, figsize=(9, 3.5))
-    generations = [r["generation"] for r in rows]
-    fit_axes.plot(generations, [r["best_fitness"] for r in rows], marker="o", label="best")
-    fit_axes.plot(generations, [r["mean_fitness"] for r in rows], marker=".", label="mean")
-    fit_axes.set_xlabel("generation")
-    fit_axes.set_ylabel("fitness")
-    fit_axes.legend()
-    smooth_axes.plot(generations, [r["best_smoothness"] for r in rows], marker="o", label="best individual")
-    smooth_axes.plot(generations, [r["mean_smoothness"] for r in rows], marker=".", label="population mean")
-    smooth_axes.set_xlabel("generation")
-    smooth_axes.set_ylabel("smoothness (mean |2nd difference|)")
-    smooth_axes.legend()
-    for axes in (fit_axes, smooth_axes):
-        axes.grid(alpha=0.3)
-    save_figure(figure, path)
-    plt.close(figure)
-
-
 # ---------------------------------------------------------------- the report
 
 
@@ -443,7 +320,9 @@ def write_report(
         sections.append("## Position bias\n")
         for group, percents in groups.items():
             sections.append(position_section(methods, group, percents))
-            plot_positions(methods, group, percents, out / f"position_{group}.png")
+            series = {m.name: [(p, v[1]) for p in percents if (v := main_metric(m, f"{group}_pos{p}")) is not None]
+                      for m in methods}
+            plots.plot_positions(series, group, out / f"position_{group}.png")
 
     general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU"), multiple_choice_section(methods, "ceval_local", "C-Eval")) if s]
     if general:
@@ -463,12 +342,12 @@ def write_report(
         if best.get("scales"):
             curves.setdefault("search best", [float(s) for s in best["scales"]])
         sections.append(search_section(rows, best))
-        plot_search(rows, out / "search.png")
+        plots.plot_search(rows, out / "search.png")
     for text in scales:
         name, values = read_scales_argument(text)
         curves[name] = values
     if curves:
-        plot_scales(curves, out / "scales.png")
+        plots.plot_scales(curves, out / "scales.png")
         sections.append("### Layer scales\n\n![scales](scales.png)\n")
 
     report = out / "report.md"

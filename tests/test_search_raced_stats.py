@@ -81,7 +81,9 @@ def test_postfix_without_complete_individuals_and_for_old_statistics():
 
 def test_fitness_plot_marks_raced_individuals_apart_and_keeps_them_out_of_the_mean(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(callbacks_module, "_save_figure", lambda figure, path: figures.append(figure))
+    from lpes_harness import plots  # the figures are drawn there (one plotting module for search and report)
+
+    monkeypatch.setattr(plots, "_save_figure", lambda figure, path: figures.append(figure))
     search, _ = run(tmp_path, PlotCallback(tmp_path))
     axes = figures[-1].axes[0]
     lines = {line.get_label(): line for line in axes.get_lines()}

@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from lpes_harness.files import atomic_write_bytes, atomic_write_json, atomic_write_text, save_figure  # noqa: F401 (re-exported)
+from lpes_harness.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_jsonl  # noqa: F401 (re-exported)
+from lpes_harness.plots import plot_curve, plot_fitness  # noqa: F401 (re-exported)
 from lpes_harness.search.loop import Callback, GeneticSearch
 
 # ------------------------------------------------------------------- atomic files
@@ -28,20 +29,6 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"no search checkpoint at {path}; nothing to resume")
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The complete JSON lines of a file (a torn last line, if any, is skipped)."""
-    records = []
-    if not os.path.exists(path):
-        return records
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
 
 
 # -------------------------------------------------------------------- callbacks
@@ -176,86 +163,3 @@ class PlotCallback(Callback):
         plot_curve(self.directory / "curve.png", search.spec, stats["best_genome"], stats["best_scales"],
                    title=f"best after generation {stats['generation']}: fitness {stats['best_fitness']:.4f}")
         plot_fitness(self.directory / "fitness.png", search.generation_stats)
-
-
-# ------------------------------------------------------------------------- plots
-
-
-def _save_figure(figure, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(figure)  # Agg, without touching pyplot's global backend
-    save_figure(figure, path)
-
-
-def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None) -> None:
-    """The curve, its control points and each layer's scale."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    from lpes_harness.curves import bezier_eval, layer_positions
-
-    figure = Figure(figsize=(7, 4))
-    axes = figure.add_subplot()
-    points = np.asarray(genome, dtype=float)
-    layers = np.arange(len(scales))
-    if spec.brute_force:
-        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one gene per layer)")
-    else:
-        x_layers = layer_positions(points, spec.num_layers)
-        if spec.curve == "bezier":
-            dense = bezier_eval(points, np.linspace(0, 1, 400))
-            axes.plot(dense[:, 0], dense[:, 1], "-", label="Bézier curve")
-            axes.plot(points[:, 0], points[:, 1], ":", color="gray", lw=1, label="control polygon")
-        elif spec.curve == "step":
-            axes.step(x_layers, scales, where="post", label="step curve")
-        else:
-            axes.plot(x_layers, scales, "-", label=f"{spec.curve} curve")
-        axes.plot(points[:, 0], points[:, 1], "s", ms=7, color="tab:red", label="control points")
-        axes.plot(x_layers, scales, "o", ms=4, color="black", label="layer scales")
-    if spec.brute_force:
-        axes.set_xlabel("layer")
-    else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
-        axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
-    axes.set_ylabel("position scale s")
-    axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    if title:
-        axes.set_title(title, fontsize=10)
-    _save_figure(figure, Path(path))
-
-
-def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
-    """Best and mean fitness by generation, over complete individuals only.
-
-    Each complete individual is a dot; a raced-out one (stopped early by racing: its value is
-    only an upper bound) is an open marker of its own, and counts in no line. Statistics
-    from runs before racing was told apart (no ``fitnesses`` key) show the lines only.
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    figure = Figure(figsize=(6, 3.5))
-    axes = figure.add_subplot()
-    generations = [s["generation"] for s in generation_stats]
-    complete_x = [s["generation"] for s in generation_stats for _ in s.get("fitnesses") or ()]
-    complete_y = [f for s in generation_stats for f in s.get("fitnesses") or ()]
-    raced_x = [s["generation"] for s in generation_stats for _ in s.get("raced_bounds") or ()]
-    raced_y = [f for s in generation_stats for f in s.get("raced_bounds") or ()]
-    if complete_y:
-        axes.plot(complete_x, complete_y, ".", color="tab:gray", alpha=0.5, label="individual (complete)")
-    if raced_y:
-        raced_out = sum(s.get("raced_out", 0) for s in generation_stats)
-        axes.plot(raced_x, raced_y, "x", color="tab:red", alpha=0.6,
-                  label=f"raced out: upper bound only ({raced_out}, not in the mean)")
-    axes.plot(generations, [s["best_fitness"] for s in generation_stats], "o-", label="best")
-    means = [(g, s.get("mean_fitness")) for g, s in zip(generations, generation_stats)]
-    axes.plot([g for g, m in means if m is not None], [m for _, m in means if m is not None], "s--",
-              label="mean of complete")
-    axes.set_xlabel("generation")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel("fitness")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    _save_figure(figure, Path(path))

@@ -1,0 +1,147 @@
+"""Every figure of the search and the report, drawn with matplotlib's Agg canvas (no pyplot state).
+
+Search: :func:`plot_curve` (a genome's curve and layer scales), :func:`plot_fitness` (fitness by
+generation, raced-out individuals apart). Report: :func:`plot_positions`, :func:`plot_scales`,
+:func:`plot_search`. Each figure is written atomically (:func:`lpes_harness.files.save_figure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lpes_harness.files import save_figure
+
+
+def _figure(*args, **kwargs):
+    from matplotlib.figure import Figure
+
+    return Figure(*args, **kwargs)
+
+
+def _save_figure(figure, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)  # Agg, without touching pyplot's global backend
+    save_figure(figure, path)
+
+
+def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None) -> None:
+    """The curve, its control points and each layer's scale."""
+    import numpy as np
+
+    from lpes_harness.curves import bezier_eval, layer_positions
+
+    figure = _figure(figsize=(7, 4))
+    axes = figure.add_subplot()
+    points = np.asarray(genome, dtype=float)
+    layers = np.arange(len(scales))
+    if spec.brute_force:
+        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one gene per layer)")
+    else:
+        x_layers = layer_positions(points, spec.num_layers)
+        if spec.curve == "bezier":
+            dense = bezier_eval(points, np.linspace(0, 1, 400))
+            axes.plot(dense[:, 0], dense[:, 1], "-", label="Bézier curve")
+            axes.plot(points[:, 0], points[:, 1], ":", color="gray", lw=1, label="control polygon")
+        elif spec.curve == "step":
+            axes.step(x_layers, scales, where="post", label="step curve")
+        else:
+            axes.plot(x_layers, scales, "-", label=f"{spec.curve} curve")
+        axes.plot(points[:, 0], points[:, 1], "s", ms=7, color="tab:red", label="control points")
+        axes.plot(x_layers, scales, "o", ms=4, color="black", label="layer scales")
+    if spec.brute_force:
+        axes.set_xlabel("layer")
+    else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
+        axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
+    axes.set_ylabel("position scale s")
+    axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    if title:
+        axes.set_title(title, fontsize=10)
+    _save_figure(figure, Path(path))
+
+
+def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
+    """Best and mean fitness by generation, over complete individuals only.
+
+    Each complete individual is a dot; a raced-out one (stopped early by racing: its value is
+    only an upper bound) is an open marker of its own, and counts in no line. Statistics
+    from runs before racing was told apart (no ``fitnesses`` key) show the lines only.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    figure = _figure(figsize=(6, 3.5))
+    axes = figure.add_subplot()
+    generations = [s["generation"] for s in generation_stats]
+    complete_x = [s["generation"] for s in generation_stats for _ in s.get("fitnesses") or ()]
+    complete_y = [f for s in generation_stats for f in s.get("fitnesses") or ()]
+    raced_x = [s["generation"] for s in generation_stats for _ in s.get("raced_bounds") or ()]
+    raced_y = [f for s in generation_stats for f in s.get("raced_bounds") or ()]
+    if complete_y:
+        axes.plot(complete_x, complete_y, ".", color="tab:gray", alpha=0.5, label="individual (complete)")
+    if raced_y:
+        raced_out = sum(s.get("raced_out", 0) for s in generation_stats)
+        axes.plot(raced_x, raced_y, "x", color="tab:red", alpha=0.6,
+                  label=f"raced out: upper bound only ({raced_out}, not in the mean)")
+    axes.plot(generations, [s["best_fitness"] for s in generation_stats], "o-", label="best")
+    means = [(g, s.get("mean_fitness")) for g, s in zip(generations, generation_stats)]
+    axes.plot([g for g, m in means if m is not None], [m for _, m in means if m is not None], "s--",
+              label="mean of complete")
+    axes.set_xlabel("generation")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel("fitness")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    _save_figure(figure, Path(path))
+
+
+def plot_positions(series: Mapping[str, Sequence[tuple[int, float]]], title: str, path) -> None:
+    """Accuracy (0..1, drawn in %) by gold position, one line per name."""
+    figure = _figure(figsize=(5, 3.5))
+    axes = figure.add_subplot()
+    for name, points in series.items():
+        points = [(p, 100 * value) for p, value in points]
+        if points:
+            axes.plot(*zip(*points), marker="o", label=name)
+    axes.set_xlabel("gold position (% of context)")
+    axes.set_ylabel("accuracy (%)")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    _save_figure(figure, Path(path))
+
+
+def plot_scales(curves: Mapping[str, Sequence[float]], path) -> None:
+    """Each curve's scale per layer, with the identity (1) dashed."""
+    figure = _figure(figsize=(5, 3.5))
+    axes = figure.add_subplot()
+    for name, scales in curves.items():
+        axes.plot(range(len(scales)), scales, marker=".", label=name)
+    axes.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    axes.set_xlabel("layer")
+    axes.set_ylabel("RoPE position scale")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    _save_figure(figure, Path(path))
+
+
+def plot_search(rows: Sequence[Mapping[str, float]], path) -> None:
+    """Best and mean fitness, and smoothness of the best and of the population, by generation."""
+    figure = _figure(figsize=(9, 3.5))
+    fit_axes, smooth_axes = figure.subplots(1, 2)
+    generations = [r["generation"] for r in rows]
+    fit_axes.plot(generations, [r["best_fitness"] for r in rows], marker="o", label="best")
+    fit_axes.plot(generations, [r["mean_fitness"] for r in rows], marker=".", label="mean")
+    fit_axes.set_xlabel("generation")
+    fit_axes.set_ylabel("fitness")
+    fit_axes.legend()
+    smooth_axes.plot(generations, [r["best_smoothness"] for r in rows], marker="o", label="best individual")
+    smooth_axes.plot(generations, [r["mean_smoothness"] for r in rows], marker=".", label="population mean")
+    smooth_axes.set_xlabel("generation")
+    smooth_axes.set_ylabel("smoothness (mean |2nd difference|)")
+    smooth_axes.legend()
+    for axes in (fit_axes, smooth_axes):
+        axes.grid(alpha=0.3)
+    _save_figure(figure, Path(path))
