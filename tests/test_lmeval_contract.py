@@ -61,3 +61,15 @@ def test_only_our_subtasks_custom_kwargs_warning_is_silenced():
         f"someone_elses_task: {glue.CUSTOM_KWARGS_WARNING} in console",
         "kv_retrieval_pos0: another warning",
     ]
+
+
+def test_a_moved_internal_is_named_with_who_relies_on_it(monkeypatch):
+    def moved():
+        """HFLM._encode_pair(context, continuation)"""
+        raise AttributeError("type object 'HFLM' has no attribute '_encode_pair'")
+
+    monkeypatch.setattr(contract, "ASSUMPTIONS", [(moved.__doc__, "lpes_harness/lmeval/requests.py", moved)])
+    assert contract.broken_assumptions() == [
+        "HFLM._encode_pair(context, continuation) (AttributeError: type object 'HFLM' has no attribute "
+        "'_encode_pair') [relied on by lpes_harness/lmeval/requests.py]"
+    ]
