@@ -1,4 +1,4 @@
-"""One forward pass per sample, with logits only where a gold answer is read.
+"""One forward pass per prompt, many prompts per forward, with logits only where a gold answer is read.
 
 lm-eval's ``loglikelihood`` gives the same ``(log-prob, is_greedy)`` pairs, but it computes the
 full-vocabulary logits (and their log-softmax) at every prompt position and keeps only the
@@ -8,7 +8,18 @@ with and without quotes, MDQA's several answers).
 
 Here each distinct prompt runs once through the decoder, keeping its KV cache; its answers then
 cost one batched forward over their own few tokens on that cache, and the output layer runs
-only at the answer positions (transformers' ``logits_to_keep``).
+only at the answer positions.
+
+``batch_size`` is how many prompts (samples) go into one forward. With 1, each prompt has
+its own forwards (``logits_to_keep`` picks the answer positions). With more, prompts are
+sorted by length and right-padded (an attention mask hides the padding, ``position_ids``
+count each row from 0, so LPES's rotary hooks see the true positions); the decoder's hidden
+states are gathered at each row's own answer positions and only those go through the output
+layer (``logits_to_keep`` is one slice for the whole batch, so it cannot do this per row).
+Prompts with one answer go in one forward over prompt + answer; prompts with several answers
+first run the prompt (all rows in one forward, keeping the cache), then every answer of every
+row in a second forward on a copy of its row's cache. In float32 the batched scores equal the
+per-prompt ones to rounding (tests/test_search_scoring.py).
 
 Tokenisation is lm-eval's own (``lm._encode_pair``, which moves the context's trailing spaces
 into the continuation). A sequence longer than the model's window is truncated from the left
@@ -23,6 +34,13 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+# ``batch_size="auto"`` on a CPU. On 2 cores, a forward over a batch costs about the sum of
+# its rows (the matmuls are compute-bound already at batch 1), so batching gains only the
+# weight reads and the Python overhead; a few rows of similar length are enough for that.
+CPU_AUTO_BATCH = 4
+# ``batch_size="auto"`` on a GPU starts here and halves on out-of-memory.
+GPU_AUTO_BATCH_START = 128
+
 
 @dataclass(frozen=True)
 class AnswerScore:
@@ -31,11 +49,12 @@ class AnswerScore:
     num_tokens: int
 
 
-def score_answers(lm, pairs: Sequence[tuple[str, str]]) -> list[AnswerScore]:
+def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 1) -> list[AnswerScore]:
     """Score each ``(context, continuation)``; pairs that share a context share its forward pass.
 
     ``lm`` is an lm-eval HFLM (``lpes_hf`` included): its tokenizer, ``max_length`` and
-    device are used as its own ``loglikelihood`` would use them.
+    device are used as its own ``loglikelihood`` would use them. ``batch_size``: prompts
+    per forward, an integer >= 1 or ``"auto"`` (see :func:`resolve_batch_size`).
     """
     encoded = [lm._encode_pair(context, continuation) for context, continuation in pairs]
     for (context, continuation), (_, answer) in zip(pairs, encoded):
@@ -45,11 +64,137 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]]) -> list[AnswerScore]:
     for index, (context, answer) in enumerate(encoded):
         by_context.setdefault(tuple(context), []).append(index)
     results: list[AnswerScore | None] = [None] * len(pairs)
-    for context, indices in by_context.items():
-        answers = [encoded[i][1] for i in indices]
-        for i, score in zip(indices, _score_context(lm, list(context), answers)):
-            results[i] = score
+    groups = [(list(context), indices, [encoded[i][1] for i in indices]) for context, indices in by_context.items()]
+    size = resolve_batch_size(lm, batch_size)
+    batchable = []
+    for context, indices, answers in groups:
+        if size == 1 or not _fits_shared(lm, context, answers):
+            for i, score in zip(indices, _score_context(lm, context, answers)):
+                results[i] = score
+        else:
+            batchable.append((context, indices, answers))
+    # One-answer prompts and several-answer prompts take different forwards; within each,
+    # longest first (similar lengths share a batch, and the first batch is the largest).
+    for several in (False, True):
+        rows = [g for g in batchable if (len(g[2]) > 1) == several]
+        rows.sort(key=lambda g: len(g[0]) + max(len(a) for a in g[2]), reverse=True)
+        for group, scores in _score_in_batches(lm, rows, size if batch_size != "auto" else None, several):
+            for i, score in zip(group[1], scores):
+                results[i] = score
     return results
+
+
+def resolve_batch_size(lm, batch_size: int | str) -> int:
+    """``batch_size`` as an int: ``"auto"`` is :data:`CPU_AUTO_BATCH` on a CPU and, on a GPU, the
+    largest size that has fitted so far (starting at :data:`GPU_AUTO_BATCH_START`)."""
+    if batch_size == "auto":
+        if torch.device(lm.device).type == "cpu":
+            return CPU_AUTO_BATCH
+        return getattr(lm, "_lpes_score_batch", GPU_AUTO_BATCH_START)
+    if isinstance(batch_size, str) and batch_size.isdigit():
+        batch_size = int(batch_size)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size {batch_size!r}: give an integer >= 1 (prompts per forward) or 'auto'")
+    return batch_size
+
+
+def _fits_shared(lm, context: list[int], answers: list[list[int]]) -> bool:
+    # Too long for the window: lm-eval's left truncation, scored alone.
+    return len(context) >= 2 and len(context) + max(len(a) for a in answers) <= lm.max_length + 1
+
+
+def _score_in_batches(lm, groups, size: int | None, several: bool):
+    """Yield ``(group, scores)``; ``size`` None: auto on a GPU, halving on out-of-memory."""
+    auto = size is None
+    size = size or resolve_batch_size(lm, "auto")
+    start = 0
+    while start < len(groups):
+        batch = groups[start : start + size]
+        try:
+            scores = _score_batch(lm, [(g[0], g[2]) for g in batch], several)
+        except torch.OutOfMemoryError:
+            if not auto or size == 1:
+                raise
+            size //= 2
+            lm._lpes_score_batch = size
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
+        yield from zip(batch, scores)
+        start += len(batch)
+
+
+@torch.inference_mode()
+def _score_batch(lm, groups: list[tuple[list[int], list[list[int]]]], several: bool) -> list[list[AnswerScore]]:
+    """Scores of every answer of every ``(context, answers)``, all rows in one (or two) forwards."""
+    model, device = lm.model, lm.device
+    decoder = model.get_decoder()
+    if not several:
+        # One forward over context + answer[:-1]; the answer is read at the row's last len(answer) positions.
+        rows = [context + answers[0][:-1] for context, answers in groups]
+        ids, mask, positions = _right_padded(rows, device)
+        hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).last_hidden_state
+        reads = [(row, len(context) - 1, answers[0]) for row, (context, answers) in enumerate(groups)]
+        return [[score] for score in _read_answers(model, hidden, reads)]
+    from transformers import DynamicCache
+
+    # The contexts but their last token, once per row, keeping the cache ...
+    ids, mask, positions = _right_padded([context[:-1] for context, _ in groups], device)
+    cache = DynamicCache(config=model.config)
+    decoder(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+    # ... then each answer on a copy of its row's cache: [last context token] + answer[:-1].
+    owner = [row for row, (_, answers) in enumerate(groups) for _ in answers]
+    cache.batch_select_indices(torch.tensor(owner, dtype=torch.long, device=device))
+    steps = [[context[-1], *answer[:-1]] for context, answers in groups for answer in answers]
+    step_ids, step_mask, step_positions = _right_padded(steps, device)
+    offsets = torch.tensor([len(groups[row][0]) - 1 for row in owner], dtype=torch.long, device=device)
+    hidden = decoder(
+        input_ids=step_ids,
+        attention_mask=torch.cat([mask[owner], step_mask], dim=1),
+        position_ids=step_positions + offsets[:, None],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    answers = [answer for _, group_answers in groups for answer in group_answers]
+    scores = iter(_read_answers(model, hidden, [(row, 0, answer) for row, answer in enumerate(answers)]))
+    return [[next(scores) for _ in group_answers] for _, group_answers in groups]
+
+
+def _right_padded(rows: list[list[int]], device):
+    width = max(len(row) for row in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for index, row in enumerate(rows):
+        ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[index, : len(row)] = 1
+    # Every row counts its positions from 0; the padding after a row's end is masked out.
+    positions = torch.arange(width, dtype=torch.long).expand(len(rows), width)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+def _read_answers(model, hidden: torch.Tensor, reads: list[tuple[int, int, list[int]]]) -> list[AnswerScore]:
+    """``reads``: (row, first position, answer); the output layer runs only at those positions."""
+    rows = torch.tensor([row for row, _, answer in reads for _ in answer], dtype=torch.long)
+    columns = torch.tensor([first + k for _, first, answer in reads for k in range(len(answer))], dtype=torch.long)
+    logits = _output_layer(model, hidden[rows.to(hidden.device), columns.to(hidden.device)])
+    scores, start = [], 0
+    for _, _, answer in reads:
+        scores.append(_judge(logits[start : start + len(answer)], answer))
+        start += len(answer)
+    return scores
+
+
+def _output_layer(model, hidden: torch.Tensor) -> torch.Tensor:
+    """What the model's own forward does after the decoder: the head, and any logit scaling it applies."""
+    logits = model.get_output_embeddings()(hidden)
+    scale = getattr(model, "logit_scale", None)  # Cohere
+    if isinstance(scale, (int, float)) and scale != 1:
+        logits = logits * scale
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma-2/3
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 @torch.inference_mode()
@@ -57,7 +202,7 @@ def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[Ans
     width = max(len(answer) for answer in answers)
     # One answer: a single forward over prompt + answer is cheapest (splitting it in two costs
     # an extra read of the weights, measured ~10 % on a CPU). Too long: lm-eval's truncation.
-    if len(answers) == 1 or len(context) < 2 or len(context) + width > lm.max_length + 1:
+    if len(answers) == 1 or not _fits_shared(lm, context, answers):
         return [_score_alone(lm, context, answer) for answer in answers]
     from transformers import DynamicCache
 
