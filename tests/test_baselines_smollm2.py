@@ -15,7 +15,7 @@ PROMPT = "Document [1] The Eiffel Tower is in Paris. Document [2] The Colosseum 
 
 def test_each_baseline_is_vanilla_when_trivial_and_differs_otherwise():
     model, tokenizer = load_causal_lm(attn_implementation="sdpa")
-    ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"].to(model.device)
     with torch.no_grad():
         vanilla = model(ids).logits
         trivial_and_default = [

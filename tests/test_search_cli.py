@@ -109,7 +109,11 @@ def test_two_accelerate_processes_give_the_single_process_result(single_run, che
     output = tmp_path / "two_procs"
     launch = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    done = run([*launch, GA, *ga_args(checkpoint, output)])
+    # Two CPU ranks on gloo, also on a machine with a GPU: with a GPU visible, accelerate would
+    # start two NCCL ranks on it, which NCCL refuses on a single device ("invalid usage").
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([*launch, GA, *ga_args(checkpoint, output)], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((output / "config.json").read_text())["processes"] == 2
     assert [r["fitness"] for r in history(output)] == [r["fitness"] for r in history(single_run[0])]
