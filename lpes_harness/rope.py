@@ -97,6 +97,9 @@ class _LPESState:
     distinct: list[float] = field(default_factory=list)
     # Per layer, the key of the rotary call that feeds it (None until known).
     layer_keys: list = field(default_factory=list)
+    # Per call key: the non-1 scales of the layers that call feeds (or may feed), sorted;
+    # derived from ``scales`` and ``layer_keys``, so emptied when either changes.
+    wanted: dict = field(default_factory=dict)
     # Per forward: every rotary call so far.
     calls: list[_RotaryCall] = field(default_factory=list)
     divisors: dict = field(default_factory=dict)  # (scales, device) -> the scales as a tensor
@@ -105,6 +108,7 @@ class _LPESState:
         self.scales[:] = scales
         self.distinct = sorted({s for s in scales if s != 1.0})
         self.divisors = {}
+        self.wanted = {}
         for call in self.calls:
             call.scaled.clear()
 
@@ -194,6 +198,10 @@ class _RotaryFunction:
                 f"{self.signature} takes no `position_ids`, so LPES cannot recompute it at other positions"
             )
         self.extra = [n for n in names[2:] if n != "position_ids"]  # after self and x
+        # The common signature forward(self, x, position_ids): calls are split without
+        # inspect's bind (a per-forward cost that shows in cached generation).
+        self.plain = names[2:] == ["position_ids"]
+        self.x_name = names[1]
 
     def bind(self, args: tuple, kwargs: dict) -> inspect.BoundArguments:
         bound = self.signature.bind(self.module, *args, **kwargs)
@@ -202,12 +210,30 @@ class _RotaryFunction:
 
     def key(self, args: tuple, kwargs: dict) -> tuple:
         """What distinguishes one call from another, besides the positions: e.g. ``layer_type``."""
+        if not self.extra:
+            return ()
         arguments = self.bind(args, kwargs).arguments
         return tuple((name, _hashable(arguments[name])) for name in self.extra)
 
-    def __call__(self, bound: inspect.BoundArguments):
+    def __call__(self, bound: "inspect.BoundArguments | tuple"):
+        """``bound``: the call's bound arguments, or ``(x, position_ids)`` for the plain signature."""
         with torch.no_grad():
+            if isinstance(bound, tuple):
+                return self.function(self.module, *bound)
             return self.function(*bound.args, **bound.kwargs)
+
+    def plain_split(self, args: tuple, kwargs: dict):
+        """``(x, position_ids)`` of a call of the plain signature; None when it must be bound."""
+        if not self.plain or len(args) > 2:
+            return None
+        values = dict(zip((self.x_name, "position_ids"), args))
+        for name, value in kwargs.items():
+            if name in values or name not in (self.x_name, "position_ids"):
+                return None
+            values[name] = value
+        if len(values) != 2:
+            return None
+        return values[self.x_name], values["position_ids"]
 
 
 def _undecorated_forward(forward: Callable) -> Callable:
@@ -403,8 +429,13 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
     one (cos, sin) costs; this matters during cached generation, where each step is tiny
     and one call per layer would show in the latency.
     """
-    bound = state.rotary.bind(call.args, call.kwargs)
-    position_ids = bound.arguments["position_ids"]
+    plain = state.rotary.plain_split(call.args, call.kwargs)
+    if plain is not None:
+        bound = None
+        x, position_ids = plain
+    else:
+        bound = state.rotary.bind(call.args, call.kwargs)
+        position_ids = bound.arguments["position_ids"]
     if position_ids.dim() != 2:
         raise RuntimeError(
             f"LPES: model type '{state.parts.model_type}' calls its rotary embedding with position_ids "
@@ -415,11 +446,16 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
     if divisors is None:  # once per device and set of scales, not once per forward
         divisors = torch.tensor(scales, dtype=torch.float32, device=position_ids.device).view(-1, 1, 1)
         state.divisors[(tuple(scales), position_ids.device)] = divisors
-    bound.arguments["position_ids"] = (position_ids.float()[None] / divisors).reshape(-1, position_ids.shape[-1])
-    cos, sin = state.rotary(bound)
+    scaled_positions = (position_ids.float()[None] / divisors).reshape(-1, position_ids.shape[-1])
+    if bound is None:
+        cos, sin = state.rotary((x, scaled_positions))
+    else:
+        bound.arguments["position_ids"] = scaled_positions
+        cos, sin = state.rotary(bound)
     n = len(scales)
-    cos, sin = cos.reshape(n, -1, *cos.shape[1:]), sin.reshape(n, -1, *sin.shape[1:])
-    return [(cos[k], sin[k]) for k in range(n)]
+    # One unbind per tensor: n views at the cost of one call, not n indexing calls.
+    cos, sin = cos.reshape(n, -1, *cos.shape[1:]).unbind(0), sin.reshape(n, -1, *sin.shape[1:]).unbind(0)
+    return list(zip(cos, sin))
 
 
 def _scaled_position_embeddings(state: _LPESState, call: _RotaryCall, scale: float) -> tuple:
@@ -428,26 +464,30 @@ def _scaled_position_embeddings(state: _LPESState, call: _RotaryCall, scale: flo
     On the first request for a call, every distinct scale of the layers that this call
     feeds (or may feed, while that is not yet known) is computed in one stacked call.
     """
-    if scale not in call.scaled:
-        wanted = {scale}
-        for s, key in zip(state.scales, state.layer_keys):
-            if s != 1.0 and (key is None or key == call.key):
-                wanted.add(s)
-        wanted = sorted(wanted - call.scaled.keys())
-        call.scaled.update(zip(wanted, _compute_scaled(state, call, wanted)))
+    found = call.scaled.get(scale)
+    if found is not None:
+        return found
+    wanted = state.wanted.get(call.key)
+    if wanted is None:  # once per set of scales and call key, not once per forward
+        wanted = sorted({s for s, key in zip(state.scales, state.layer_keys)
+                         if s != 1.0 and (key is None or key == call.key)})
+        state.wanted[call.key] = wanted
+    missing = sorted({scale, *wanted} - call.scaled.keys())
+    call.scaled.update(zip(missing, _compute_scaled(state, call, missing)))
     return call.scaled[scale]
 
 
 def _layer_pre_hook(state: _LPESState, layer_index: int):
     def hook(module, args, kwargs):
-        if not state.distinct:
-            return None  # all scales 1: the model exactly as it is
-        call = _call_that_made(state, kwargs.get("position_embeddings"))
-        if call is not None:
-            state.layer_keys[layer_index] = call.key
         scale = state.scales[layer_index]
         if scale == 1.0:
-            return None  # the model's own (cos, sin), bit-exact vanilla behaviour
+            # The model's own (cos, sin), bit-exact vanilla behaviour; nothing to look up (which
+            # call feeds a layer only matters for the scaled ones). All scales 1: the model as it is.
+            return None
+        call = _call_that_made(state, kwargs.get("position_embeddings"))
+        if call is not None and state.layer_keys[layer_index] != call.key:
+            state.layer_keys[layer_index] = call.key
+            state.wanted.clear()
         if call is None:
             raise RuntimeError(
                 f"LPES: decoder layer {layer_index} of model type '{state.parts.model_type}' was called "
