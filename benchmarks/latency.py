@@ -1,14 +1,18 @@
 """Inference latency of every method on the same prompts, side by side in one run.
 
-    python benchmarks/latency.py --samples 3 --repeats 2 --new-tokens 16 --json scratch/latency.json
+    python benchmarks/latency.py --samples 3 --repeats 10 --new-tokens 16 --json scratch/latency.json
 
 One model load; each method is installed, timed, and removed in turn, on the same MDQA-style
-prompts (10 Natural Questions passages, about 1.5k tokens with SmolLM2's tokenizer), each
-generating exactly ``--new-tokens`` tokens greedily with a KV cache (end-of-sequence is
-ignored so every method does the same amount of work). Methods are interleaved per
-prompt and repeat, so a burst of load on a shared machine hits them alike. Per sample we
-keep the median over repeats; the table gives the median over samples and its ratio to
-vanilla.
+prompts (10 Natural Questions passages, about 1.5k tokens with SmolLM2's tokenizer). Two
+workloads per method, prompt and repeat: the prefill (one forward over the prompt, logits at
+its last position only) and the cached generation of exactly ``--new-tokens`` tokens greedily
+with a KV cache (end-of-sequence is ignored so every method does the same amount of work).
+Methods are interleaved per prompt and repeat (A B C ..., then the reverse order on the
+next repeat), so a burst of load on a shared machine hits them alike; CUDA is synchronised
+around every timed call. For each method and workload the table gives the median time per
+sample (median over repeats, then over samples) with the 10-90 % spread over repeats, and
+the median of the paired ratios to vanilla (same prompt, same repeat) with their 10-90 %
+spread. At least 10 repeats.
 
 The paper's H100 ratios to vanilla (Llama-2-7B): Ms-PoE 1.45x, MoICE 2.42x,
 Attention Buckets 4.76x, LPES 1.00x.
@@ -86,31 +90,73 @@ def make_methods(model, scales: list[float], gates: str | None):
     }
 
 
+def synchronize(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_prefill(model, next_logits, input_ids) -> float:
+    """One forward over the prompt (a fresh cache), as the first step of generation does it."""
+    from transformers import DynamicCache
+
+    mask = torch.ones_like(input_ids)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+    synchronize(input_ids.device)
+    start = time.perf_counter()
+    with torch.no_grad():
+        next_logits(input_ids, mask, positions, DynamicCache(config=model.config))
+    synchronize(input_ids.device)
+    return time.perf_counter() - start
+
+
 def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
     from transformers import DynamicCache
 
     from lpes_harness.baselines._common import greedy_generate
 
+    synchronize(input_ids.device)
     start = time.perf_counter()
     with torch.no_grad():
         out = greedy_generate(
             next_logits, lambda: DynamicCache(config=model.config), input_ids, None, input_ids.shape[1] + new_tokens
         )
+    synchronize(input_ids.device)
     elapsed = time.perf_counter() - start
     assert out.shape[1] == input_ids.shape[1] + new_tokens
     return elapsed
 
 
+def spread(values: list[float]) -> dict:
+    """Median and the 10 % / 90 % quantiles (linear interpolation between order statistics)."""
+    ordered = sorted(values)
+
+    def quantile(q):
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return {"median": statistics.median(ordered), "p10": quantile(0.1), "p90": quantile(0.9)}
+
+
+WORKLOADS = ("prefill", "generate")
+
+
 def format_table(summary: dict) -> str:
     lines = [
-        "| method | median s / sample | ratio to vanilla | paper (H100) |",
-        "|---|---:|---:|---:|",
+        "| method | workload | median s / sample (10-90 %) | paired ratio to vanilla (10-90 %) | paper (H100) |",
+        "|---|---|---:|---:|---:|",
     ]
-    for name, row in summary.items():
+    for name, rows in summary.items():
         paper = PAPER_RATIOS.get(name)
-        lines.append(
-            f"| {name} | {row['median_s']:.2f} | {row['ratio']:.2f}x | {f'{paper:.2f}x' if paper else '-'} |"
-        )
+        for work in WORKLOADS:
+            row = rows[work]
+            t, r = row["seconds"], row["paired_ratio"]
+            lines.append(
+                f"| {name} | {work} | {t['median']:.3f} ({t['p10']:.3f}-{t['p90']:.3f}) "
+                f"| {r['median']:.3f}x ({r['p10']:.3f}-{r['p90']:.3f}) "
+                f"| {f'{paper:.2f}x' if paper and work == 'generate' else '-'} |"
+            )
     return "\n".join(lines)
 
 
@@ -119,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretrained", default=None, help="model (default: the bundled SmolLM2 GGUF)")
     parser.add_argument("--gguf-file", default=None)
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=10, help="timed repeats per method and prompt (at least 10)")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--num-docs", type=int, default=10)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
@@ -133,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in chosen if m not in METHODS]
     if unknown or "vanilla" not in chosen:
         parser.error(f"--methods {args.methods!r}: accepted {', '.join(METHODS)}, and vanilla must be one of them")
+    if args.repeats < 10:
+        parser.error(f"--repeats {args.repeats}: give at least 10, so that the 10-90 % spread means something")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -147,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.repeats} repeats, {torch.get_num_threads()} threads", file=sys.stderr)
     methods = make_methods(model, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates)
 
-    times: dict[str, list[list[float]]] = {m: [[] for _ in inputs] for m in chosen}
+    # times[method][workload][sample][repeat]
+    times = {m: {w: [[] for _ in inputs] for w in WORKLOADS} for m in chosen}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Warm-up (first-call allocations) on a short input, not timed.
@@ -157,27 +206,32 @@ def main(argv: list[str] | None = None) -> int:
             time_generation(model, next_logits, inputs[0][:, :64], 2)
             remove()
         for repeat in range(args.repeats):
+            order = chosen if repeat % 2 == 0 else chosen[::-1]  # neither always goes first
             for s, input_ids in enumerate(inputs):
-                for name in chosen:
+                for name in order:
                     install, remove, next_logits = methods[name]
                     install()
                     try:
-                        times[name][s].append(time_generation(model, next_logits, input_ids, args.new_tokens))
+                        times[name]["prefill"][s].append(time_prefill(model, next_logits, input_ids))
+                        times[name]["generate"][s].append(time_generation(model, next_logits, input_ids, args.new_tokens))
                     finally:
                         remove()
-                    print(f"repeat {repeat + 1} sample {s + 1} {name}: {times[name][s][-1]:.2f} s", file=sys.stderr)
+                    print(f"repeat {repeat + 1} sample {s + 1} {name}: prefill {times[name]['prefill'][s][-1]:.3f} s, "
+                          f"generate {times[name]['generate'][s][-1]:.3f} s", file=sys.stderr)
 
-    per_sample = {m: [statistics.median(t) for t in times[m]] for m in chosen}
-    vanilla = statistics.median(per_sample["vanilla"])
-    summary = {
-        m: {
-            "median_s": statistics.median(per_sample[m]),
-            "ratio": statistics.median(per_sample[m]) / vanilla,
-            "per_sample_s": per_sample[m],
-            "raw_s": times[m],
-        }
-        for m in chosen
-    }
+    summary = {}
+    for m in chosen:
+        summary[m] = {}
+        for w in WORKLOADS:
+            per_repeat = [statistics.median(times[m][w][s][r] for s in range(len(inputs))) for r in range(args.repeats)]
+            paired = [times[m][w][s][r] / times["vanilla"][w][s][r] for s in range(len(inputs)) for r in range(args.repeats)]
+            per_sample = [statistics.median(t) for t in times[m][w]]
+            summary[m][w] = {
+                "seconds": dict(spread(per_repeat), median=statistics.median(per_sample)),
+                "paired_ratio": spread(paired),
+                "per_sample_s": per_sample,
+                "raw_s": times[m][w],
+            }
     print(format_table(summary))
     if args.json:
         payload = {
@@ -185,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             "new_tokens": args.new_tokens,
             "repeats": args.repeats,
             "threads": torch.get_num_threads(),
+            "device": str(model.device),
             "moice_gates": args.moice_gates,
             "lpes_scales": args.lpes_scales,
             "summary": summary,

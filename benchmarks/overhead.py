@@ -1,10 +1,15 @@
 """Does LPES add latency? Vanilla vs LPES on the same loaded model, side by side in one run.
 
-Two workloads, each timed as the median of several repeats, with vanilla and LPES
-runs interleaved (alternating which goes first) so that machine drift hits both alike:
+Two workloads, each repeated (at least 10 times), with vanilla and LPES runs interleaved
+(A B A B ..., alternating which of the pair goes first) so that machine drift hits both alike;
+CUDA is synchronised around every timed call:
 
 - prefill: one forward over a ~2k-token prompt;
 - generation: 32 new tokens with the KV cache (greedy, after a short prompt).
+
+For each workload it reports the median time of each mode with its 10-90 % spread over the
+repeats, and the median of the paired ratios (LPES / vanilla of the same repeat) with their
+10-90 % spread: the paired ratio is what a busy machine blurs least.
 
 LPES uses a Bézier curve whose every layer has a distinct scale, the worst case for
 the hooks (one extra (cos, sin) per layer). The paper's claim is a ratio of 1.00x.
@@ -35,11 +40,28 @@ def parse_args():
     parser.add_argument("--prefill-tokens", type=int, default=2048)
     parser.add_argument("--gen-tokens", type=int, default=32)
     parser.add_argument("--gen-prompt-tokens", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=10, help="timed pairs per workload (at least 10)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--control-points", default="0:1.5;10:1.2;20:1.8;29:1.4",
                         help="LPES curve (x rescaled to the model's depth)")
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.repeats < 10:
+        parser.error(f"--repeats {args.repeats}: give at least 10, so that the 10-90 % spread means something")
+    return args
+
+
+def spread(values: list[float]) -> dict:
+    """Median and the 10 % / 90 % quantiles (linear interpolation between order statistics)."""
+    ordered = sorted(values)
+
+    def quantile(q):
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return {"median": statistics.median(ordered), "p10": quantile(0.1), "p90": quantile(0.9)}
 
 
 def curve_for_depth(text: str, num_layers: int) -> list[float]:
@@ -64,6 +86,8 @@ def time_call(fn, device) -> float:
 
 def main():
     args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, _ = load_causal_lm(args.pretrained, device=args.device, dtype=args.dtype, attn_implementation=args.attn)
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
@@ -104,19 +128,26 @@ def main():
                 timings[(work, mode)].append(time_call(fn, device))
     rope.remove(model)
 
-    print(f"model: {model.config.model_type}, {n_layers} layers, device {device}, threads {torch.get_num_threads()}")
+    print(f"model: {model.config.model_type}, {n_layers} layers, device {device}, dtype {args.dtype}, "
+          f"threads {torch.get_num_threads()}")
     print(f"LPES scales: min {min(scales):.3f} max {max(scales):.3f} ({len(set(scales))} distinct)")
-    print(f"{'workload':<34}{'vanilla s':>11}{'LPES s':>11}{'ratio':>8}")
-    report = {}
+    print(f"{args.repeats} interleaved pairs per workload; medians with their 10-90 % spread")
+    print(f"{'workload':<34}{'vanilla s (10-90 %)':>26}{'LPES s (10-90 %)':>26}{'paired ratio (10-90 %)':>28}")
+    report = {"device": str(device), "dtype": args.dtype, "threads": torch.get_num_threads(), "repeats": args.repeats,
+              "num_layers": n_layers, "distinct_scales": len(set(scales))}
     for work, label in (("prefill", f"prefill {args.prefill_tokens} tokens"),
                         ("generate", f"generate {args.gen_tokens} tokens (KV cache)")):
-        vanilla = statistics.median(timings[(work, "vanilla")])
-        lpes = statistics.median(timings[(work, "lpes")])
-        report[work] = {"vanilla_s": vanilla, "lpes_s": lpes, "ratio": lpes / vanilla,
-                        "vanilla_all": timings[(work, "vanilla")], "lpes_all": timings[(work, "lpes")]}
-        print(f"{label:<34}{vanilla:>11.4f}{lpes:>11.4f}{lpes / vanilla:>7.3f}x")
-    print(f"overhead ratio: prefill {report['prefill']['ratio']:.3f}x generate {report['generate']['ratio']:.3f}x "
-          f"(median of {args.repeats}, target <= 1.01x)")
+        vanilla, lpes = timings[(work, "vanilla")], timings[(work, "lpes")]
+        ratios = [b / a for a, b in zip(vanilla, lpes)]
+        v, l, r = spread(vanilla), spread(lpes), spread(ratios)
+        report[work] = {"vanilla_s": v, "lpes_s": l, "paired_ratio": r, "ratio_of_medians": l["median"] / v["median"],
+                        "vanilla_all": vanilla, "lpes_all": lpes}
+        print(f"{label:<34}{v['median']:>10.4f} ({v['p10']:.4f}-{v['p90']:.4f})"
+              f"{l['median']:>10.4f} ({l['p10']:.4f}-{l['p90']:.4f})"
+              f"{r['median']:>13.3f}x ({r['p10']:.3f}-{r['p90']:.3f})")
+    print(f"overhead ratio: prefill {report['prefill']['paired_ratio']['median']:.3f}x "
+          f"generate {report['generate']['paired_ratio']['median']:.3f}x "
+          f"(median paired ratio of {args.repeats}; target <= 1.02x)")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)

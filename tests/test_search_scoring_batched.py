@@ -101,3 +101,31 @@ def test_a_bad_batch_size_is_named(lm, bad):
 def test_auto_is_a_small_batch_on_a_cpu(lm):
     assert 1 <= resolve_batch_size(lm, "auto") <= 16
     assert resolve_batch_size(lm, "8") == 8
+
+
+def test_auto_halves_the_batch_on_out_of_memory_and_remembers_what_fits(lm, monkeypatch):
+    from lpes_harness.search import scoring
+
+    real = scoring._score_batch
+    tried = []
+
+    def small_memory(model_lm, groups, several):
+        tried.append(len(groups))
+        if len(groups) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(model_lm, groups, several)
+
+    monkeypatch.setattr(scoring, "_score_batch", small_memory)
+    monkeypatch.delattr(lm, "_lpes_score_batch", raising=False)
+    groups = [(lm.tok_encode(c), [i], [lm._encode_pair(c, a[0])[1]]) for i, (c, a) in enumerate(zip(CONTEXTS, ANSWERS))
+              if len(c) > 1]
+    scored = list(scoring._score_in_batches(lm, groups, 8, several=False, auto=True))
+    assert tried[:3] == [len(groups), 4, 2] and max(tried[2:]) <= 2
+    assert lm._lpes_score_batch == 2
+    assert [g[1] for g, _ in scored] == [g[1] for g in groups]
+    alone = [scoring._score_context(lm, g[0], g[2]) for g in groups]
+    for (_, mine), theirs in zip(scored, alone):
+        assert mine[0].logprob == pytest.approx(theirs[0].logprob, abs=1e-5)
+    monkeypatch.setattr(scoring, "_score_batch", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+    with pytest.raises(torch.OutOfMemoryError):  # a batch size the user chose is not changed behind their back
+        list(scoring._score_in_batches(lm, groups, 8, several=False, auto=False))

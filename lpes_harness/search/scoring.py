@@ -34,10 +34,12 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-# ``batch_size="auto"`` on a CPU. On 2 cores, a forward over a batch costs about the sum of
-# its rows (the matmuls are compute-bound already at batch 1), so batching gains only the
-# weight reads and the Python overhead; a few rows of similar length are enough for that.
-CPU_AUTO_BATCH = 4
+# ``batch_size="auto"`` on a CPU: one prompt per forward. On a CPU a ~750-token prompt is
+# compute-bound already at batch 1, so a batch costs about the sum of its rows; measured on
+# the bundled SmolLM2, multi_needle, float32, 1 thread (benchmarks/batched_fitness.py, on a
+# busy 2-core machine): batch 4 ran at 0.96x the per-prompt speed, i.e. no faster. An integer
+# batch_size still batches on a CPU (same scores).
+CPU_AUTO_BATCH = 1
 # ``batch_size="auto"`` on a GPU starts here and halves on out-of-memory.
 GPU_AUTO_BATCH_START = 128
 
@@ -78,7 +80,7 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     for several in (False, True):
         rows = [g for g in batchable if (len(g[2]) > 1) == several]
         rows.sort(key=lambda g: len(g[0]) + max(len(a) for a in g[2]), reverse=True)
-        for group, scores in _score_in_batches(lm, rows, size if batch_size != "auto" else None, several):
+        for group, scores in _score_in_batches(lm, rows, size, several, auto=batch_size == "auto"):
             for i, score in zip(group[1], scores):
                 results[i] = score
     return results
@@ -86,7 +88,8 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
 
 def resolve_batch_size(lm, batch_size: int | str) -> int:
     """``batch_size`` as an int: ``"auto"`` is :data:`CPU_AUTO_BATCH` on a CPU and, on a GPU, the
-    largest size that has fitted so far (starting at :data:`GPU_AUTO_BATCH_START`)."""
+    largest size that has fitted so far (starting at :data:`GPU_AUTO_BATCH_START`, halved on
+    each out-of-memory error)."""
     if batch_size == "auto":
         if torch.device(lm.device).type == "cpu":
             return CPU_AUTO_BATCH
@@ -103,10 +106,9 @@ def _fits_shared(lm, context: list[int], answers: list[list[int]]) -> bool:
     return len(context) >= 2 and len(context) + max(len(a) for a in answers) <= lm.max_length + 1
 
 
-def _score_in_batches(lm, groups, size: int | None, several: bool):
-    """Yield ``(group, scores)``; ``size`` None: auto on a GPU, halving on out-of-memory."""
-    auto = size is None
-    size = size or resolve_batch_size(lm, "auto")
+def _score_in_batches(lm, groups, size: int, several: bool, auto: bool = False):
+    """Yield ``(group, scores)``, ``size`` groups per forward; ``auto``: halve on out-of-memory
+    (and remember the size that fits on ``lm`` for the next call)."""
     start = 0
     while start < len(groups):
         batch = groups[start : start + size]
