@@ -40,8 +40,6 @@ def _normalise(answer: str) -> str:
 def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = None, split: str = "heldout",
                chat_template=None) -> dict:
     """Accuracy by position, the gold-removed control and the copying control; see the module docstring."""
-    from lm_eval.api.instance import Instance
-
     from lpes_harness.search.fitness import PositionScorer
     from lpes_harness.tasks.position import build_examples, resolve_options, resolve_task
 
@@ -49,15 +47,10 @@ def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = No
     scorer = PositionScorer(lm, task, position_task.positions, metadata=metadata, split=split,
                             num_samples=num_samples, mode="generate", chat_template=chat_template)
 
-    def generate(task_obj, docs) -> list[str]:
-        kwargs = dict(task_obj.config.generation_kwargs or {})
-        requests = [Instance("generate_until", d, (scorer.prompt(task_obj, d), kwargs), i) for i, d in enumerate(docs)]
-        return list(lm.generate_until(requests, disable_tqdm=True))
-
     answers, correct = {}, {}
     for percent in position_task.positions:
         task_obj, docs = scorer.tasks[percent], scorer.docs[percent]
-        answers[percent] = generate(task_obj, docs)
+        answers[percent] = scorer.generate(task_obj, docs)
         correct[percent] = [float(next(iter(task_obj.process_results(d, [a]).values()))) for d, a in zip(docs, answers[percent])]
 
     # Gold removed: the same samples, rendered from their other items only.
@@ -69,7 +62,7 @@ def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = No
         {**doc, "prompt": position_task.render(list(examples[doc["sample_index"]].distractors), examples[doc["sample_index"]])}
         for doc in scorer.docs[first]
     ]
-    removed_answers = generate(task_obj, removed_docs)
+    removed_answers = scorer.generate(task_obj, removed_docs)
     removed = [float(next(iter(task_obj.process_results(d, [a]).values()))) for d, a in zip(removed_docs, removed_answers)]
 
     # Copying: identical wrong answers of one sample at two gold positions.

@@ -122,6 +122,7 @@ class FitnessConfig:
     racing: bool = True
     scorer: str = "answer-logits"  # one-pass modes only; see SCORERS
     chat_template: bool | None = None  # None: as the task prefers (and the tokenizer has one)
+    batch_size: int | str = 1  # prompts per forward of the one-pass scorer; "auto": see scoring.resolve_batch_size
 
     def __post_init__(self):
         from lpes_harness.tasks.data import TaskDataError
@@ -149,6 +150,10 @@ class FitnessConfig:
                 raise ValueError(f"positions: {role}={list(percents)} is not among {self.task}'s positions {known}")
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
+        if self.batch_size != "auto":
+            from lpes_harness.search.scoring import resolve_batch_size
+
+            self.batch_size = resolve_batch_size(None, self.batch_size)  # lm is only read for "auto"
 
 
 def _percents(value) -> tuple[int, ...]:
@@ -172,12 +177,12 @@ class PositionScorer:
     """
 
     def __init__(self, lm, task: str, percents, *, metadata=None, split="search", num_samples=200,
-                 mode="greedy", scorer="answer-logits", chat_template=None, task_manager=None):
+                 mode="greedy", scorer="answer-logits", chat_template=None, task_manager=None, batch_size=1):
         from lm_eval.tasks import TaskManager
 
         from lpes_harness.tasks.position import resolve_task
 
-        self.lm, self.mode, self.scorer = lm, mode, scorer
+        self.lm, self.mode, self.scorer, self.batch_size = lm, mode, scorer, batch_size
         position_task = resolve_task(task)
         if chat_template is None:
             chat_template = position_task.chat_template and has_chat_template(lm)
@@ -212,16 +217,16 @@ class PositionScorer:
             return self._score_generate(task, docs)
         return self._score_loglikelihood(task, docs)
 
-    def _score_generate(self, task, docs) -> list[float]:
-        from lm_eval.api.instance import Instance
+    def generate(self, task, docs) -> list[str]:
+        """The model's answers to ``docs`` of ``task``: lm-eval ``generate_until`` on these prompts."""
+        from lpes_harness.lmeval.requests import generate_requests
 
-        gen_kwargs = dict(task.config.generation_kwargs or {})
-        requests = [
-            Instance("generate_until", doc, (self.prompt(task, doc), gen_kwargs), i) for i, doc in enumerate(docs)
-        ]
-        outputs = self.lm.generate_until(requests, disable_tqdm=True)
+        requests = generate_requests([(doc, self.prompt(task, doc)) for doc in docs], task.config.generation_kwargs)
+        return list(self.lm.generate_until(requests, disable_tqdm=True))
+
+    def _score_generate(self, task, docs) -> list[float]:
         scores = []
-        for doc, output in zip(docs, outputs):
+        for doc, output in zip(docs, self.generate(task, docs)):
             metrics = task.process_results(doc, [output])
             scores.append(float(next(iter(metrics.values()))))
         return scores
@@ -250,13 +255,12 @@ class PositionScorer:
         from lpes_harness.search.scoring import AnswerScore, score_answers
 
         if self.scorer == "answer-logits":
-            return score_answers(self.lm, pairs)
-        from lm_eval.api.instance import Instance
+            return score_answers(self.lm, pairs, batch_size=self.batch_size)
+        from lpes_harness.lmeval.requests import answer_token_count, loglikelihood_requests
 
-        requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
-        results = self.lm.loglikelihood(requests, disable_tqdm=True)
+        results = self.lm.loglikelihood(loglikelihood_requests(pairs), disable_tqdm=True)
         return [
-            AnswerScore(logprob, is_greedy, max(1, len(self.lm._encode_pair(*pair)[1])))
+            AnswerScore(logprob, is_greedy, answer_token_count(self.lm, *pair))
             for pair, (logprob, is_greedy) in zip(pairs, results)
         ]
 
@@ -284,6 +288,7 @@ class LMEvalFitness:
         self.scorer = PositionScorer(
             lm, config.task, percents, metadata=config.metadata, split="search", num_samples=config.num_samples,
             mode=config.mode, scorer=config.scorer, chat_template=config.chat_template, task_manager=task_manager,
+            batch_size=config.batch_size,
         )
         # role -> [(percent, sample index)], the role's samples in scoring order
         self.samples = {

@@ -104,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
     model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
     model.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
-    model.add_argument("--batch-size", default=1, help="lm-eval batch size (an integer or 'auto')")
+    model.add_argument("--batch-size", default="auto",
+                       help="prompts per forward of the fitness: an integer, or 'auto' (default: the largest that fits "
+                            "on a GPU, halving on out-of-memory; 1 on a CPU, where batching measured no faster); also "
+                            "lm-eval's batch size for generate mode. Racing scores at most --chunk-size prompts at once")
     model.add_argument("--threads", type=int, default=None,
                        help="torch CPU threads (default: torch's choice; 1 helps on a CPU shared with other jobs)")
     model.add_argument("--dtype", default="auto", choices=DTYPES,
@@ -313,6 +316,7 @@ def run(args: argparse.Namespace) -> dict:
         task=args.task, mode=args.mode, weights=args.weights_dict, positions=args.positions_dict,
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
         scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
+        batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
     )
     args.dtype_chosen = choose_dtype(_requested_dtype(args), args.device or default_device())
     current = fingerprint({**vars(args), **vars(fitness_config), "dtype": args.dtype_chosen})
@@ -468,7 +472,9 @@ def load_lm(args):
 
     extra = simple_parse_args_string(args.model_args)
     extra.pop("dtype", None)  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
-    batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size
+    # lm-eval's own "auto" probes ever larger batches at the full window: slow on a CPU, and the
+    # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
+    batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
     return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, dtype=args.dtype_chosen, **extra)
 
 
