@@ -21,7 +21,7 @@ first run the prompt (all rows in one forward, keeping the cache), then every an
 row in a second forward on a copy of its row's cache. In float32 the batched scores equal the
 per-prompt ones to rounding (tests/test_search_scoring.py).
 
-Tokenisation is lm-eval's own (``lm._encode_pair``, which moves the context's trailing spaces
+Tokenisation is lm-eval's own (:func:`lpes_harness.lmeval.requests.encode_pair`, which moves the context's trailing spaces
 into the continuation). A sequence longer than the model's window is truncated from the left
 and scored alone, exactly as lm-eval does.
 """
@@ -58,7 +58,9 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     device are used as its own ``loglikelihood`` would use them. ``batch_size``: prompts
     per forward, an integer >= 1 or ``"auto"`` (see :func:`resolve_batch_size`).
     """
-    encoded = [lm._encode_pair(context, continuation) for context, continuation in pairs]
+    from lpes_harness.lmeval.requests import encode_pair
+
+    encoded = [encode_pair(lm, context, continuation) for context, continuation in pairs]
     for (context, continuation), (_, answer) in zip(pairs, encoded):
         if not answer:
             raise ValueError(f"the answer {continuation!r} encodes to no tokens (context ends {context[-40:]!r})")
