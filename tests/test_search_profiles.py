@@ -14,11 +14,18 @@ def test_auto_on_cpu_takes_the_cpu_profile():
         assert getattr(args, key) == value, key
 
 
-def test_auto_on_a_gpu_takes_the_papers_settings():
-    args = parse_args(["--device", "cuda"])
-    assert args.profile == "paper"
+def test_the_paper_profile_keeps_the_papers_settings():
+    args = parse_args(["--device", "cuda", "--profile", "paper"])
+    assert args.profile == "paper" and args.task == "kv_retrieval"
     assert (args.population, args.parents, args.mutants, args.crossovers, args.generations) == (32, 12, 16, 4, 20)
     assert (args.num_samples, args.mode, args.y_min, args.y_max, args.initial_y) == (200, "greedy", 1.0, 2.0, 1.5)
+
+
+def test_auto_on_a_gpu_takes_the_multi_needle_search_at_the_papers_size():
+    args = parse_args(["--device", "cuda"])
+    assert args.profile == "gpu" and args.task == "multi_needle"
+    assert (args.population, args.parents, args.mutants, args.crossovers, args.generations) == (32, 12, 16, 4, 20)
+    assert (args.y_min, args.y_max, args.num_samples) == (0.25, 2.5, 100)
 
 
 def test_the_command_line_and_a_config_file_override_the_profile(tmp_path):
@@ -41,11 +48,11 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
     config.write_text(json.dumps({"profile": "laptop"}))
     with pytest.raises(SystemExit):
         parse_args(["--config", str(config)])
-    assert "profile 'laptop' is not one of auto, paper, cpu" in capsys.readouterr().err
+    assert "profile 'laptop' is not one of auto, paper, cpu, gpu" in capsys.readouterr().err
 
 
 def test_the_command_lines_device_decides_auto_over_the_config_files(tmp_path):
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"device": "cpu"}))
-    assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "paper"
+    assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "gpu"
     assert parse_args(["--config", str(config)]).profile == "cpu"
