@@ -311,8 +311,11 @@ def write_report(
 ) -> Path:
     """Build ``report.md`` and the PNGs in ``out``; returns the report's path."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # Every input is read before anything is written: a bad input leaves no folder behind.
     methods = load_methods(sources)
+    records = read_history(history) if history is not None else None
+    extra_curves = [read_scales_argument(text) for text in scales]
+    out.mkdir(parents=True, exist_ok=True)
     sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
 
     groups = position_groups(methods)
@@ -336,15 +339,13 @@ def write_report(
 
     curves = {m.name: m.scales for m in methods if m.scales and any(s != 1.0 for s in m.scales)}
     if history is not None:
-        records = read_history(history)
         rows = population_stats(Path(history).with_name("generations.jsonl")) or history_by_generation(records)
         best = best_individual(records)
         if best.get("scales"):
             curves.setdefault("search best", [float(s) for s in best["scales"]])
         sections.append(search_section(rows, best))
         plots.plot_search(rows, out / "search.png")
-    for text in scales:
-        name, values = read_scales_argument(text)
+    for name, values in extra_curves:
         curves[name] = values
     if curves:
         plots.plot_scales(curves, out / "scales.png")
@@ -367,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = write_report(args.results, args.out, args.history, args.scales, args.title)
-    except (ReportError, OSError) as err:
+    except (ReportError, OSError, ValueError) as err:  # ValueError: a malformed scales file
         parser.error(str(err))
     print(f"wrote {path}")
     return 0
