@@ -19,7 +19,6 @@ emulates it and it is slower than float32 (3x on an AVX2 CPU).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time

@@ -1,0 +1,256 @@
+"""The command line of ``searches/ga.py``: flags, profiles, config files, and the checks of
+the settings that run before anything heavy loads (``parse_args`` exits 2 with one line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lpes_harness.models import DTYPES
+from lpes_harness.search.fitness import MODES, ROLES, SCORERS
+from lpes_harness.search.sweep import parse_sweep
+
+DESCRIPTION = """\
+Search per-layer RoPE scales (LPES) with the paper's Bézier-constrained genetic algorithm.
+
+Each individual is a set of control points; its curve gives one scale per decoder layer;
+its fitness is λ_B·score(begin) + λ_M·score(middle) + λ_E·score(end) on the `search`
+split of a position task, computed through lm-eval on one loaded lpes_hf model whose
+scales are changed in place.
+"""
+
+# Settings a profile changes; everything else keeps its flag's default. The argparse
+# defaults are the paper's (kv_retrieval, population 32 / 20 generations / 200 samples per
+# position, y in [1, 2] from 1.5): for 7B models, days on a 2-core CPU.
+#
+# The `cpu` profile is the bundled SmolLM2-135M on a 2-core CPU within about an hour, on the
+# task it can do (multi_needle; kv_retrieval measures copying on it). The arithmetic: a
+# ~750-token multi_needle prompt is one float32 forward of ~2.1 s on 2 threads, measured in
+# the search itself (this CPU has no native bfloat16, which runs 3x slower here; `--dtype
+# auto` picks it only where native). 12 samples at each of the 5 positions is 60 forwards,
+# ~2 min per individual; a 3-point sweep (raced) plus 8 + 3 x 5 individuals (and at most one
+# more crossover child per generation) is at most 29 individuals, about an hour worst case,
+# less with racing. The range is wide, [0.25, 2.5]: curves that help rise to 1.5-1.85 in
+# late layers although uniform 1.2 wrecks the model, so the sweep picks the start and the
+# range stays open; the y step of a mutation grows with the range (0.4).
+PROFILES = {
+    "paper": {},
+    "cpu": {
+        "task": "multi_needle", "mode": "greedy", "num_samples": 12, "chunk_size": 6,
+        "population": 8, "parents": 3, "mutants": 4, "crossovers": 1, "generations": 3,
+        "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
+        "sweep": "1,0.8,1.2", "heldout_samples": 40,
+    },
+    # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
+    # generations (432 individuals at most), 100 samples per position in batches of up to 100
+    # prompts (racing per batch), bfloat16 (auto). The target on one H100 is 15 minutes for
+    # SmolLM2: ~216k samples at the ~240 samples/s a batched bfloat16 scorer reached there.
+    # Not yet measured on a GPU by this project.
+    "gpu": {
+        "task": "multi_needle", "mode": "greedy", "num_samples": 100, "chunk_size": 100,
+        "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
+        "sweep": "1,0.9,0.8,1.1,1.2", "heldout_samples": 200,
+    },
+}  # fmt: skip
+
+EPILOG = """\
+profiles (--profile; the command line and --config override a profile's values):
+  paper  the paper's settings, for 7B models on kv_retrieval / mdqa: population 32,
+         12 parents, 16 mutants + 4 crossovers, 20 generations, 200 samples per position,
+         greedy fitness, y in [1, 2] from 1.5, Mx 2, My 0.2
+  cpu    the bundled SmolLM2-135M on multi_needle on a 2-core CPU (under an hour):
+         population 8, 3 parents, 4 mutants + 1 crossover, 3 generations, 12 samples at
+         each of the 5 positions (middle = 25/50/75 %), greedy fitness, a uniform sweep
+         1,0.8,1.2 picks the start, y in [0.25, 2.5] (step 0.05), Mx 3, My 0.4; then 40
+         held-out samples per position, paired with vanilla and PI
+  gpu    the cpu profile's multi_needle search scaled up for one GPU: the paper's
+         population 32 / 12 parents / 16 mutants + 4 crossovers / 20 generations,
+         100 samples per position (chunks of 100 = the batch), sweep 1,0.9,0.8,1.1,1.2,
+         200 held-out samples per position; bfloat16 by --dtype auto (not yet measured
+         on a GPU by this project)
+  auto   (default) gpu when the model runs on a GPU, cpu otherwise
+
+why the cpu range is wide: on SmolLM2 the curves that remove position bias go to 1.5-1.85
+in late layers, while *uniform* 1.2 already wrecks the model. The sweep therefore only
+picks the starting individual (the best uniform scale); it never narrows the range.
+
+examples:
+  python searches/ga.py                                   # bundled SmolLM2, profile auto
+  python searches/ga.py --profile paper --device cuda     # the paper's settings
+  python searches/ga.py --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
+  python searches/ga.py --resume --output results/my_run  # continue a stopped run
+  python searches/ga.py --config my_search.json           # settings from a file (keys = long flag names)
+  accelerate launch --multi_gpu --num_processes 2 searches/ga.py ...  # split each evaluation's samples (gloo on CPU)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="searches/ga.py", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
+    p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
+                   help="default settings: paper, cpu, gpu, or auto (gpu on a GPU, else cpu); see below")
+    model = p.add_argument_group("model")
+    model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
+    model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
+    model.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
+    model.add_argument("--batch-size", default="auto",
+                       help="prompts per forward of the fitness: an integer, or 'auto' (default: the largest that fits "
+                            "on a GPU, halving on out-of-memory; 1 on a CPU, where batching measured no faster); also "
+                            "lm-eval's batch size for generate mode. Racing scores at most --chunk-size prompts at once")
+    model.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's choice; 1 helps on a CPU shared with other jobs)")
+    model.add_argument("--dtype", default="auto", choices=DTYPES,
+                       help="auto (default): bfloat16 on CUDA or a CPU with native bfloat16 (avx512_bf16 / AMX), "
+                            "else float32; RoPE's cos/sin are computed in float32 either way")
+    fit = p.add_argument_group("fitness")
+    fit.add_argument("--task", default="kv_retrieval",
+                     help="any registered position task (multi_needle, kv_retrieval, mdqa, needle, or "
+                          "'module:ATTRIBUTE' of your own; see docs/position_tasks.md). Default: the profile's")
+    fit.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
+                     help="wrap prompts in the model's chat template: auto follows the task (multi_needle: on)")
+    fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
+                     help="greedy: one pass, gold answer = greedy argmax (paper profile); generate: lm-eval "
+                          "generate_until + task metric (the paper's path); logprob: mean gold-token log-prob (cpu profile)")
+    fit.add_argument("--weights", default="0.2,0.3,0.5", help="λ for begin,middle,end (default 0.2,0.3,0.5)")
+    fit.add_argument("--positions", default=None,
+                     help="gold percents for begin,middle,end; join several with '+', e.g. 0,25+50+75,100 "
+                          "(default: the task's roles; kv_retrieval 0,40,100; mdqa 0,50,100; multi_needle 0,25+50+75,100)")
+    fit.add_argument("--num-samples", type=int, default=200, help="search samples per gold position (paper 200, cpu 12)")
+    fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
+    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 10)")
+    fit.add_argument("--no-racing", action="store_true", help="score every sample of every individual")
+    fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
+                     help="one-pass modes: answer-logits (default; output layer only at the answer tokens) "
+                          "or lm-eval (lm-eval's loglikelihood; same numbers, slower)")
+    ga = p.add_argument_group("genetic algorithm (defaults: the profile's, see below)")
+    ga.add_argument("--population", type=int, default=32)
+    ga.add_argument("--parents", type=int, default=12)
+    ga.add_argument("--mutants", type=int, default=16)
+    ga.add_argument("--crossovers", type=int, default=4)
+    ga.add_argument("--generations", type=int, default=20)
+    ga.add_argument("--mx", type=float, default=2.0, help="max x move of a control point per mutation (layers)")
+    ga.add_argument("--my", type=float, default=0.2, help="max y move of a control point per mutation")
+    ga.add_argument("--crossover-tries", type=int, default=4, help="N_ct: tries for a valid crossover child")
+    ga.add_argument("--mutation", default="paper", choices=["paper", "joint"],
+                    help="paper (default): Eq. 4, point k's new x between its old neighbours, within Mx; "
+                         "joint: all x moved at once within Mx, only the final order kept (wider than the paper)")
+    ga.add_argument("--seed", type=int, default=0)
+    ga.add_argument("--sweep", default="none",
+                    help="uniform scales scored first, e.g. 1,0.8,1.2; the best starts the search (it does not "
+                         "narrow the y range). 'none': start at --initial-y (cpu profile: 1,0.8,1.2)")
+    genes = p.add_argument_group("genome")
+    genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
+    genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
+    genes.add_argument("--brute-force", action="store_true", help="one gene per layer (ablation), initialised U(y_min, y_max)")
+    genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (paper 1.0, cpu 0.6)")
+    genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (paper 2.0, cpu 1.6)")
+    genes.add_argument("--y-step", type=float, default=0.1)
+    genes.add_argument("--initial-y", type=float, default=1.5, help="y of the initial individual, clipped into range (paper 1.5, cpu 1.0)")
+    out = p.add_argument_group("output")
+    out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
+    out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
+    out.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
+    out.add_argument("--overwrite", action="store_true", help="start afresh even if --output holds a run")
+    out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
+    out.add_argument("--heldout-samples", type=int, default=0,
+                     help="after the search, score vanilla, PI and the best curve on this many held-out samples "
+                          "per position, paired (intervals, McNemar p); 0 skips it (cpu profile: 40)")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = _read_config(parser, args.config) if args.config else {}
+    profile = config.get("profile", args.profile) if args.profile == "auto" else args.profile
+    if profile not in ("auto", *PROFILES):
+        parser.error(f"--config {args.config}: profile {profile!r} is not one of auto, {', '.join(PROFILES)}")
+    if profile == "auto":
+        profile = "cpu" if _runs_on_cpu(args.device or config.get("device")) else "gpu"  # the command line wins
+    # Precedence: command line > config file > profile > the flags' own (paper) defaults.
+    parser.set_defaults(**PROFILES[profile])
+    parser.set_defaults(**config)
+    args = parser.parse_args(argv)
+    args.profile = profile
+    try:
+        _check(args)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def _runs_on_cpu(device) -> bool:
+    if device:
+        return str(device).startswith("cpu")
+    # An NVIDIA device node, without importing torch (seconds): bad flags must fail fast.
+    return not any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _read_config(parser, path) -> dict:
+    text = Path(path).read_text() if Path(path).is_file() else None
+    if text is None:
+        parser.error(f"--config {path}: file not found")
+    if str(path).endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            parser.error(f"--config {path}:{err.lineno}: not valid JSON ({err.msg})")
+    known = {action.dest for action in parser._actions}
+    settings = {key.replace("-", "_"): value for key, value in (data or {}).items()}
+    settings = {("mode" if key == "fitness" else key): value for key, value in settings.items()}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        parser.error(f"--config {path}: unknown setting(s) {unknown}; use the long flag names, e.g. 'generations'")
+    return settings
+
+
+def _check(args) -> None:
+    from lpes_harness.search.fitness import task_roles
+    from lpes_harness.search.validate import check_search_args
+    from lpes_harness.tasks.data import TaskDataError
+
+    check_search_args(args)
+    try:
+        task_roles(args.task)
+    except TaskDataError as err:
+        raise ValueError(f"--task: {err}") from None
+    args.weights_dict = _role_values(args.weights, "weights", float)
+    args.positions_dict = _role_values(args.positions, "positions", _percent_list) if args.positions else None
+    args.sweep_values = parse_sweep(args.sweep)
+    if args.heldout_samples < 0:
+        raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")
+    if isinstance(args.metadata, str):
+        try:
+            args.metadata = json.loads(args.metadata)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--metadata is not valid JSON: {err.msg}") from None
+    if not isinstance(args.metadata, dict):
+        raise ValueError("--metadata must be a JSON object")
+    for key in ("split", "num_samples"):
+        if key in args.metadata:
+            raise ValueError(f"--metadata {key!r} is set by the search itself (split=search, --num-samples)")
+    if not 2 <= args.control_points <= 8:
+        raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite contradict each other")
+
+
+def _percent_list(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("+"))
+
+
+def _role_values(text, name, cast) -> dict:
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if len(parts) != 3:
+        raise ValueError(f"--{name} needs 3 comma-separated values for begin,middle,end; got {text!r}")
+    try:
+        return dict(zip(ROLES, (cast(p) for p in parts)))
+    except ValueError:
+        raise ValueError(f"--{name} {text!r}: values must be numbers") from None
