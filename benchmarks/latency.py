@@ -127,16 +127,10 @@ def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
 
 
 def spread(values: list[float]) -> dict:
-    """Median and the 10 % / 90 % quantiles (linear interpolation between order statistics)."""
-    ordered = sorted(values)
+    """Median and the 10-90 % spread (shared with the other benchmarks)."""
+    from lpes_harness.analysis.stats import median_spread
 
-    def quantile(q):
-        position = q * (len(ordered) - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-    return {"median": statistics.median(ordered), "p10": quantile(0.1), "p90": quantile(0.9)}
+    return median_spread(values)
 
 
 WORKLOADS = ("prefill", "generate")

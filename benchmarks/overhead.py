@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
@@ -52,16 +51,10 @@ def parse_args():
 
 
 def spread(values: list[float]) -> dict:
-    """Median and the 10 % / 90 % quantiles (linear interpolation between order statistics)."""
-    ordered = sorted(values)
+    """Median and the 10-90 % spread (shared with the other benchmarks)."""
+    from lpes_harness.analysis.stats import median_spread
 
-    def quantile(q):
-        position = q * (len(ordered) - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-    return {"median": statistics.median(ordered), "p10": quantile(0.1), "p90": quantile(0.9)}
+    return median_spread(values)
 
 
 def curve_for_depth(text: str, num_layers: int) -> list[float]:

@@ -1,7 +1,8 @@
 """Every figure of the search and the report, drawn with matplotlib's Agg canvas (no pyplot state).
 
 Search: :func:`plot_curve` (a genome's curve and layer scales), :func:`plot_fitness` (fitness by
-generation, raced-out individuals apart). Report: :func:`plot_positions`, :func:`plot_scales`,
+generation, raced-out individuals apart), :func:`plot_sweep` (the uniform-scale sweep).
+Held-out comparison: :func:`plot_paired` (accuracy by position with 95 % intervals). Report: :func:`plot_positions`, :func:`plot_scales`,
 :func:`plot_search`. Each figure is written atomically (:func:`lpes_harness.files.save_figure`).
 """
 
@@ -145,3 +146,48 @@ def plot_search(rows: Sequence[Mapping[str, float]], path) -> None:
     for axes in (fit_axes, smooth_axes):
         axes.grid(alpha=0.3)
     _save_figure(figure, Path(path))
+
+
+def plot_sweep(sweep: Mapping, path: Path, best_curve: Sequence[float] | None = None) -> None:
+    """Fitness against the uniform scale (raced-out points hollow); the searched curve's mean marked."""
+    figure = _figure(figsize=(5.6, 3.6))
+    axes = figure.add_subplot()
+    complete = [p for p in sweep["points"] if not (p.get("info") or {}).get("raced")]
+    raced = [p for p in sweep["points"] if (p.get("info") or {}).get("raced")]
+    axes.plot([p["scale"] for p in complete], [p["fitness"] for p in complete], "o-", label="uniform scale")
+    if raced:
+        axes.plot([p["scale"] for p in raced], [p["fitness"] for p in raced], "o", mfc="none",
+                  label="raced out (upper bound)")
+    axes.axvline(sweep["best"], color="grey", ls=":", label=f"start: {sweep['best']:g}")
+    if best_curve:
+        axes.axvline(sum(best_curve) / len(best_curve), color="C3", ls="--", label="mean of the searched curve (PI)")
+    axes.set_xlabel("scale applied to every layer")
+    axes.set_ylabel("fitness (search split)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    _save_figure(figure, path)
+
+
+def plot_paired(table: Mapping, path: Path) -> None:
+    """Accuracy by gold position with 95 % intervals, one line per method, side by side."""
+    positions = table["positions"]
+    figure = _figure(figsize=(6.4, 4.0))
+    axes = figure.add_subplot()
+    spread = 1.2  # percent points between methods, so the error bars do not overlap
+    offset0 = -spread * (len(table["rows"]) - 1) / 2
+    for k, (name, row) in enumerate(table["rows"].items()):
+        xs = [p + offset0 + k * spread for p in positions]
+        ys = [row[str(p)]["accuracy"] for p in positions]
+        low = [max(0.0, y - row[str(p)]["interval"][0]) for p, y in zip(positions, ys)]
+        high = [max(0.0, row[str(p)]["interval"][1] - y) for p, y in zip(positions, ys)]
+        axes.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=f"{name} (avg {row['average']['accuracy']:.3f})")
+    axes.set_xlabel("gold position (%)")
+    axes.set_ylabel("accuracy")
+    axes.set_ylim(-0.02, 1.02)
+    axes.set_xticks(positions)
+    axes.set_title(f"{table.get('task', '')}: {table.get('num_samples', '?')} held-out samples per position, 95 % CI")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    _save_figure(figure, path)

@@ -133,34 +133,11 @@ def format_plain(table: Mapping) -> str:
 
 
 def plot_table(table: Mapping, path: str | Path) -> Path:
-    """Accuracy by gold position with 95 % intervals, one line per method."""
-    import matplotlib
+    """Accuracy by gold position with 95 % intervals, one line per method (:func:`lpes_harness.plots.plot_paired`)."""
+    from lpes_harness.plots import plot_paired
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    positions = table["positions"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    spread = 1.2  # percent points between methods, so the error bars do not overlap
-    offset0 = -spread * (len(table["rows"]) - 1) / 2
-    for k, (name, row) in enumerate(table["rows"].items()):
-        xs = [p + offset0 + k * spread for p in positions]
-        ys = [row[str(p)]["accuracy"] for p in positions]
-        low = [max(0.0, y - row[str(p)]["interval"][0]) for p, y in zip(positions, ys)]
-        high = [max(0.0, row[str(p)]["interval"][1] - y) for p, y in zip(positions, ys)]
-        average = row["average"]["accuracy"]
-        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=f"{name} (avg {average:.3f})")
-    ax.set_xlabel("gold position (%)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xticks(positions)
-    ax.set_title(f"{table.get('task', '')}: {table.get('num_samples', '?')} held-out samples per position, 95 % CI")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_paired(table, path)
     return path
 
 

@@ -87,6 +87,23 @@ def accuracy_with_interval(values: Sequence[float]) -> dict:
     return {"n": len(v), "accuracy": sum(v) / len(v), "interval": wilson_interval(sum(v), len(v))}
 
 
+def median_spread(values: Sequence[float]) -> dict:
+    """Median and the 10 % / 90 % quantiles (linear interpolation between order statistics)."""
+    import statistics
+
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+
+    def quantile(q):
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return {"median": statistics.median(ordered), "p10": quantile(0.1), "p90": quantile(0.9)}
+
+
 def format_p(p: float) -> str:
     """A p-value for a table: 3 significant digits, scientific below 0.001."""
     return f"{p:.3f}" if p >= 1e-3 else f"{p:.1e}"

@@ -68,28 +68,9 @@ def snap_initial_y(best: float, y_min: float, y_max: float, y_step: float) -> fl
 
 
 def plot_sweep(sweep: dict, path: str | Path, best_curve: Sequence[float] | None = None) -> Path:
-    """Fitness against the uniform scale (raced-out points hollow); the searched curve's mean marked."""
-    import matplotlib
+    """Fitness against the uniform scale (:func:`lpes_harness.plots.plot_sweep`)."""
+    from lpes_harness.plots import plot_sweep as draw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.6, 3.6))
-    complete = [p for p in sweep["points"] if not (p.get("info") or {}).get("raced")]
-    raced = [p for p in sweep["points"] if (p.get("info") or {}).get("raced")]
-    ax.plot([p["scale"] for p in complete], [p["fitness"] for p in complete], "o-", label="uniform scale")
-    if raced:
-        ax.plot([p["scale"] for p in raced], [p["fitness"] for p in raced], "o", mfc="none",
-                label="raced out (upper bound)")
-    ax.axvline(sweep["best"], color="grey", ls=":", label=f"start: {sweep['best']:g}")
-    if best_curve:
-        ax.axvline(sum(best_curve) / len(best_curve), color="C3", ls="--", label="mean of the searched curve (PI)")
-    ax.set_xlabel("scale applied to every layer")
-    ax.set_ylabel("fitness (search split)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    draw(sweep, path, best_curve)
     return path
