@@ -1,10 +1,9 @@
 """benchmarks/fitness.py scores through the fitness's public API: the same value as the fitness itself."""
 
-import importlib.util
 import random
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import load_benchmark as load_fitness_benchmark
 from test_search_scoring import answering  # noqa: F401 (fixture)
 
 from lpes_harness.search import GenomeSpec, initial_genome, random_genome
@@ -12,10 +11,7 @@ from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness, individual
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("fitness_benchmark", REPO_ROOT / "benchmarks" / "fitness.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_fitness_benchmark("fitness")
 
 
 def test_random_genomes_are_valid_and_the_benchmark_starts_from_the_initial_one():

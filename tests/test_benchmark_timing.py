@@ -1,16 +1,7 @@
 """The latency benchmarks state a median and a 10-90 % spread of at least 10 interleaved repeats."""
 
-import importlib.util
-
 import pytest
-from conftest import REPO_ROOT
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO_ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark as load
 
 
 @pytest.mark.parametrize("name", ["overhead", "latency"])

@@ -57,19 +57,10 @@ def test_bfloat16_keeps_the_greedy_decision_where_the_margin_is_large():
     assert torch.equal(logits32.argmax(-1)[clear], logits16.argmax(-1)[clear])
 
 
-def _benchmark():
-    import importlib.util
-
-    from conftest import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("dtype_agreement", REPO_ROOT / "benchmarks" / "dtype_agreement.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_agreement_benchmarks_statistics():
-    bench = _benchmark()
+    from conftest import load_benchmark
+
+    bench = load_benchmark("dtype_agreement")
     assert bench.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
     assert bench.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
     assert abs(bench.spearman([1, 2, 2, 3], [1, 2, 3, 4]) - 0.9487) < 1e-4  # average ranks for ties
