@@ -21,6 +21,15 @@ from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, 
 ALPHA = 0.05
 
 
+def lpes_methods(scales: Sequence[float], uniform: Sequence[float] = ()) -> dict[str, list[float]]:
+    """The comparison of a searched curve: vanilla (first: the baseline), PI (its mean, uniform),
+    the curve itself, and any extra uniform scales."""
+    n = len(scales)
+    methods = {"vanilla": [1.0] * n, "PI": [sum(scales) / n] * n, "LPES": list(scales)}
+    methods.update({f"uniform {v:g}": [float(v)] * n for v in uniform})
+    return methods
+
+
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
                   metadata=None, chat_template=None, mode: str = "greedy", progress=None) -> dict:
     """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}."""
@@ -216,9 +225,7 @@ def main(argv=None) -> None:
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
-    n = len(scales)
-    methods = {"vanilla": [1.0] * n, "PI": [sum(scales) / n] * n, "LPES": list(scales)}
-    methods.update({f"uniform {v:g}": [v] * n for v in uniform})
+    methods = lpes_methods(scales, uniform)
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
     scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
                            chat_template=chat)

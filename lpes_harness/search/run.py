@@ -199,12 +199,9 @@ def _requested_dtype(args) -> str:
 
 def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
     """The best curve, its PI and vanilla (and the sweep's best uniform scale) on held-out samples, paired."""
-    from lpes_harness.analysis.paired import format_plain, paired_table, score_methods, write_comparison
+    from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
 
-    n = len(scales)
-    methods = {"vanilla": [1.0] * n, "PI": [sum(scales) / n] * n, "LPES": list(scales)}
-    if sweep is not None and sweep["best"] != 1.0:
-        methods[f"uniform {sweep['best']:g}"] = [sweep["best"]] * n
+    methods = lpes_methods(scales, [sweep["best"]] if sweep is not None and sweep["best"] != 1.0 else [])
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
           f"(the same samples for each)...", flush=True)
     started = time.perf_counter()
