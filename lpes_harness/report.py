@@ -9,10 +9,13 @@ the file's name.
 
 Written into ``--out``:
 
-- ``report.md``: paper-style tables (methods x tasks, in percent, best value in bold):
-  position tasks by gold position, MMLU / C-Eval by category, L-Eval, ZeroSCROLLS (summaries
-  scored by the geometric mean of ROUGE-1/2/L, as ZeroSCROLLS does; single-reference F1 marked
-  with a dagger), and every other task's metrics;
+- ``report.md``: paper-style tables (methods x tasks, in percent): position tasks by gold
+  position, each cell with its 95 % Wilson interval (from lm-eval's sample counts) and, where
+  the runs were made with ``--log_samples``, the difference from the baseline method (``vanilla``
+  if given, else the first) with an exact McNemar p on the same samples; only a significant
+  difference is bold. Then MMLU / C-Eval by category, L-Eval, ZeroSCROLLS (summaries scored by
+  the geometric mean of ROUGE-1/2/L, as ZeroSCROLLS does; single-reference F1 marked with a
+  dagger), and every other task's metrics; these are not tested, so nothing there is bold;
 - ``position_<task>.png``: accuracy by gold position, one line per method;
 - ``scales.png``: each method's layer scales (from ``config.lpes_scales`` in its results, the
   search's best individual, or ``--scales NAME=FILE``);
@@ -31,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from lpes_harness import plots
+from lpes_harness.analysis.logged_samples import logged_scores
+from lpes_harness.analysis.stats import compare_paired, format_p, wilson_interval
 from lpes_harness.analysis.search_history import (  # noqa: F401 (re-exported)
     ReportError,
     best_individual,
@@ -56,6 +61,9 @@ ZEROSCROLLS_TASKS = (
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
+# A difference is bold when its paired test gives p below this.
+ALPHA = 0.05
+BASELINE = "vanilla"
 
 
 # ---------------------------------------------------------------- reading
@@ -98,8 +106,10 @@ class Method:
         self.task_metadata: dict[str, dict] = {}
         self.scales: list[float] | None = None
         self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
+        self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
+        self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
 
-    def add(self, data: Mapping[str, Any]) -> None:
+    def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
             metrics = self.scores.setdefault(task, {})
             for key, value in entry.items():
@@ -114,6 +124,13 @@ class Method:
         scales = (data.get("config") or {}).get("lpes_scales")
         if scales:
             self.scales = [float(s) for s in scales]
+        for task, counts in (data.get("n-samples") or {}).items():
+            count = (counts or {}).get("effective", (counts or {}).get("original"))
+            if isinstance(count, int) and count > 0:
+                self.counts[task] = count
+        if file is not None:
+            metrics = {t: m[0] for t in data["results"] if POSITION_SUBTASK.match(t) and (m := main_metric(self, t))}
+            self.samples.update(logged_scores(file, metrics))
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
@@ -133,7 +150,7 @@ def load_methods(sources: Sequence[str]) -> list[Method]:
         name, path = parse_source(source)
         for file in result_files(path):
             method_name = name or (path.name if path.is_dir() else file.stem)
-            methods.setdefault(method_name, Method(method_name)).add(read_results(file))
+            methods.setdefault(method_name, Method(method_name)).add(read_results(file), file)
     if not methods:
         raise ReportError("no results given; pass one or more [METHOD=]PATH arguments")
     return list(methods.values())
@@ -146,20 +163,10 @@ def percent(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[float | None]]], bold_best: bool = True) -> str:
-    """Methods as rows; the best (highest) value of each column in bold, unless all are equal."""
-    best = []
-    for column in range(len(header) - 1):
-        values = [r[1][column] for r in rows if r[1][column] is not None and not math.isnan(r[1][column])]
-        # Bold only a winner: nothing when every method scores the same.
-        best.append(max(values) if bold_best and len(set(values)) > 1 else None)
+def markdown_table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[float | None]]]) -> str:
+    """Methods as rows, values in percent. Nothing is bold: these tables carry no test of a difference."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, values in rows:
-        cells = []
-        for column, value in enumerate(values):
-            text = percent(value)
-            cells.append(f"**{text}**" if best[column] is not None and value == best[column] else text)
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [f"| {name} | " + " | ".join(percent(v) for v in values) + " |" for name, values in rows]
     return "\n".join(lines)
 
 
@@ -190,15 +197,84 @@ def rouge_geometric_mean(metrics: Mapping[str, float]) -> float:
     return (values[0] * values[1] * values[2]) ** (1 / 3)
 
 
+def baseline_method(methods: Sequence[Method]) -> Method:
+    """The method every other is tested against: ``vanilla`` if given, else the first."""
+    return next((m for m in methods if m.name == BASELINE), methods[0])
+
+
+def _interval_text(value: float, count: int | None) -> str:
+    # Position tasks score each sample 0/1, so accuracy x n is the number correct.
+    if not count:
+        return percent(value)
+    low, high = wilson_interval(round(value * count), count)
+    return f"{percent(value)} [{percent(low)}, {percent(high)}]"
+
+
+def _paired_text(mine: Mapping[int, float], base: Mapping[int, float]) -> tuple[str, bool] | None:
+    common = sorted(set(mine) & set(base))
+    if not common:
+        return None
+    try:
+        test = compare_paired([mine[k] for k in common], [base[k] for k in common])
+    except ValueError:  # a score that is not 0/1: no McNemar
+        return None
+    sign = "+" if test["difference"] >= 0 else "−"
+    text = f"{sign}{abs(test['difference']) * 100:.1f}, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+    return text, test["p"] < ALPHA
+
+
 def position_section(methods: Sequence[Method], group: str, percents: Sequence[int]) -> str:
+    """Accuracy [95 % interval] by gold position; with logged samples, a paired test against the baseline."""
+    baseline = baseline_method(methods)
+    tasks = [f"{group}_pos{p}" for p in percents]
     header = ["method", *[f"{p}%" for p in percents], "avg"]
-    rows = []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    tested = False
     for method in methods:
-        values = [main_metric(method, f"{group}_pos{p}") for p in percents]
-        numbers = [None if v is None else v[1] for v in values]
-        present = [n for n in numbers if n is not None]
-        rows.append((method.name, [*numbers, sum(present) / len(present) if present else None]))
-    return f"### {group}: accuracy by gold position\n\n" + markdown_table(header, rows) + f"\n\n![{group}](position_{group}.png)\n"
+        cells = []
+        values = [None if (v := main_metric(method, t)) is None else v[1] for t in tasks]
+        for task, value in zip(tasks, values):
+            if value is None:
+                cells.append(percent(None))
+                continue
+            text = _interval_text(value, method.counts.get(task))
+            paired = None
+            if method is not baseline and task in method.samples and task in baseline.samples:
+                paired = _paired_text(method.samples[task], baseline.samples[task])
+            if paired:
+                tested = True
+                text = f"**{text}<br>{paired[0]}**" if paired[1] else f"{text}<br>{paired[0]}"
+            cells.append(text)
+        cells.append(_average_cell(method, baseline, tasks, values))
+        lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
+    if tested:
+        note = (f"[..]: 95 % Wilson interval. Second line: difference from `{baseline.name}` in points, samples "
+                f"gained/lost and exact McNemar p, on the same samples (lm-eval's `--log_samples` files); "
+                f"bold: p < {ALPHA}. The average pools every position's samples.")
+    else:
+        note = ("[..]: 95 % Wilson interval. No per-sample logs were found next to the results (run `lm_eval` "
+                "with `--log_samples`), so no difference is tested and nothing is bold.")
+    return f"### {group}: accuracy by gold position\n\n" + "\n".join(lines) + f"\n\n{note}\n\n![{group}](position_{group}.png)\n"
+
+
+def _average_cell(method: Method, baseline: Method, tasks: Sequence[str], values: Sequence[float | None]) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return percent(None)
+    average = sum(present) / len(present)
+    counts = [method.counts.get(t) for t in tasks]
+    # Pooled over positions; an interval only when every position has the same count (then
+    # the pooled accuracy is the average).
+    text = percent(average)
+    if len(present) == len(values) and counts[0] and len(set(counts)) == 1:
+        text = _interval_text(average, counts[0] * len(tasks))
+    if method is not baseline and all(t in method.samples and t in baseline.samples for t in tasks):
+        mine = {(t, k): v for t in tasks for k, v in method.samples[t].items()}
+        base = {(t, k): v for t in tasks for k, v in baseline.samples[t].items()}
+        paired = _paired_text(mine, base)
+        if paired:
+            text = f"**{text}<br>{paired[0]}**" if paired[1] else f"{text}<br>{paired[0]}"
+    return text
 
 
 def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -> str | None:

@@ -54,6 +54,27 @@ def test_a_copier_is_caught_by_the_copying_control():
     assert result["verdict"].startswith("does NOT measure retrieval")
 
 
+class RarelyRight(Reader):
+    """Retrieves on its first request only: above the gold-removed 0, but at the floor (mdqa on SmolLM2)."""
+
+    answered = 0
+
+    def generate_until(self, requests, disable_tqdm=False):
+        answers = super().generate_until(requests, disable_tqdm)
+        out = [a if self.answered == 0 and i == 0 else " 0." for i, a in enumerate(answers)]
+        self.answered += len(requests)
+        return out
+
+
+def test_a_task_at_the_floor_is_not_called_valid():
+    result = check_task(RarelyRight(), "multi_needle", num_samples=6, metadata={"num_sentences": 20})
+    assert result["average"]["accuracy"] == pytest.approx(1 / 30) and result["gold_removed"]["accuracy"] == 0.0
+    assert result["verdict"].startswith("does NOT measure retrieval") and "not clearly better" in result["verdict"]
+    # the reader, right everywhere, is still valid under the same rule (see above); the copier fails it too
+    assert "not clearly better" not in check_task(Reader(), "multi_needle", num_samples=6,
+                                                  metadata={"num_sentences": 20})["verdict"]
+
+
 def test_check_runs_on_a_tiny_model(tmp_path):
     from lpes_harness.lm import LPESLM
 

@@ -54,21 +54,68 @@ def _row(text, first_cell):
     return next(line for line in text.splitlines() if line.startswith(f"| {first_cell} |"))
 
 
-def test_report_tables_show_each_method_per_task_with_best_in_bold(two_methods):
+def test_report_tables_show_each_method_per_task_without_untested_bold(two_methods):
     tmp_path, sources, history = two_methods
     path = report.write_report(sources, tmp_path / "out", history=history)
     text = path.read_text()
-    # position table: percents as columns, the average last; LPES flattens the middle dip
+    # position table: percents as columns, the average last; no counts, no logs: bare values
     assert "| method | 0% | 50% | 100% | avg |" in text
-    assert _row(text, "vanilla") .startswith("| vanilla | **90.0** | 40.0 | 60.0 | 63.3 |")
-    assert _row(text, "lpes").startswith("| lpes | 80.0 | **70.0** | **70.0** | **73.3** |")
-    assert "| lpes | **31.0** | **21.0** |" in text  # MMLU overall and STEM
-    assert "| vanilla | 20.0 | – | **50.0** | – | – |" in text  # L-Eval: missing tasks shown as dashes
+    assert _row(text, "vanilla") == "| vanilla | 90.0 | 40.0 | 60.0 | 63.3 |"
+    assert _row(text, "lpes") == "| lpes | 80.0 | 70.0 | 70.0 | 73.3 |"
+    assert "no difference is tested and nothing is bold" in text
+    assert "| lpes | 31.0 | 21.0 |" in text  # MMLU overall and STEM
+    assert "| vanilla | 20.0 | – | 50.0 | – | – |" in text  # L-Eval: missing tasks shown as dashes
     # ZeroSCROLLS summary score is the geometric mean of ROUGE-1/2/L; qasper is flagged single-reference
     gm = (0.3 * 0.1 * 0.2) ** (1 / 3)
-    assert f"| lpes | **{100 * gm:.1f}** |" in text and "qasper†" in text
-    assert "| 30.0 | – | – | – |" in text  # qasper: a tie is not bold
+    assert f"| lpes | {100 * gm:.1f} |" in text and "qasper†" in text
     assert "| custom_task / exact_match | 50.0 | 50.0 |" in text
+    assert "**" not in text
+
+
+def _logged_run(folder, date, correct_by_percent):
+    """An lm-eval output folder: results_<date>.json with n-samples, and one samples file per subtask."""
+    folder.mkdir(parents=True)
+    results, counts = {}, {}
+    for percent, correct in correct_by_percent.items():
+        task = f"multi_needle_pos{percent}"
+        results[task] = {"acc,none": sum(correct) / len(correct), "acc_stderr,none": "N/A"}
+        counts[task] = {"original": len(correct), "effective": len(correct)}
+        lines = [json.dumps({"doc_id": i, "acc": float(c), "filter": "none"}) for i, c in enumerate(correct)]
+        # lm-eval writes samples in any order: pairing is by doc_id
+        (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+    (folder / f"results_{date}.json").write_text(json.dumps({"results": results, "n-samples": counts}))
+
+
+def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_samples(tmp_path):
+    from lpes_harness.analysis.stats import format_p, mcnemar_exact, wilson_interval
+
+    # 40 samples per position. At 50 %: 18 gained, 2 lost (significant); at 0 %: 3 gained, 1 lost.
+    vanilla_50 = [0] * 20 + [1] * 20
+    lpes_50 = [1] * 18 + [0] * 2 + [0] * 2 + [1] * 18
+    vanilla_0 = [1] * 36 + [0] * 4
+    lpes_0 = [1] * 35 + [0] + [1] * 3 + [0]
+    _logged_run(tmp_path / "lpes", "2026-01-01T00-00-00.1", {0: lpes_0, 50: lpes_50})
+    _logged_run(tmp_path / "vanilla", "2026-01-02T00-00-00.2", {0: vanilla_0, 50: vanilla_50})
+    # the baseline is vanilla although it is given second
+    text = report.write_report([f"lpes={tmp_path / 'lpes'}", f"vanilla={tmp_path / 'vanilla'}"], tmp_path / "out").read_text()
+
+    low, high = wilson_interval(20, 40)
+    assert _row(text, "vanilla").startswith(f"| vanilla | 90.0 [{100 * wilson_interval(36, 40)[0]:.1f}, ")
+    assert f"| 50.0 [{100 * low:.1f}, {100 * high:.1f}] |" in _row(text, "vanilla")
+    cells = _row(text, "lpes").split(" | ")
+    assert cells[1] == f"95.0 [{100 * wilson_interval(38, 40)[0]:.1f}, {100 * wilson_interval(38, 40)[1]:.1f}]<br>+5.0, +3/−1, p={format_p(mcnemar_exact(3, 1))}"
+    assert cells[2].startswith("**90.0 [") and cells[2].endswith(f"+40.0, +18/−2, p={format_p(mcnemar_exact(18, 2))}**")
+    # the average pools both positions' 80 samples: 21 gained, 3 lost
+    assert cells[3].startswith("**92.5 [") and f"+22.5, +21/−3, p={format_p(mcnemar_exact(21, 3))}**" in cells[3]
+    assert "on the same samples" in text and "bold: p < 0.05" in text
+
+
+def test_a_broken_samples_file_is_named(tmp_path):
+    _logged_run(tmp_path / "run", "2026-01-01T00-00-00.1", {0: [1, 0]})
+    (tmp_path / "run" / "samples_multi_needle_pos0_2026-01-01T00-00-00.1.jsonl").write_text('{"doc_id": 0}\n')
+    with pytest.raises(ValueError, match="samples_multi_needle_pos0.*needs 'doc_id' and 'acc'"):
+        report.write_report([str(tmp_path / "run")], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_report_search_section_and_plots(two_methods):

@@ -30,9 +30,37 @@ def lpes_methods(scales: Sequence[float], uniform: Sequence[float] = ()) -> dict
     return methods
 
 
+def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | Sequence[str] = True,
+                         uniform: Sequence[float] = ()) -> dict[str, list[float]]:
+    """Vanilla, then each named curve as ``LPES <name>`` (and its ``PI <name>``): several searches on one sample set.
+
+    ``with_pi``: every curve gets its PI row (True), none (False), or only the named curves.
+    """
+    pi_for = set(curves) if with_pi is True else set(with_pi or ())
+    if pi_for - set(curves):
+        raise ValueError(f"PI asked for unknown curves {sorted(pi_for - set(curves))}; the curves are {list(curves)}")
+    if len(curves) == 1 and pi_for:
+        return lpes_methods(next(iter(curves.values())), uniform)
+    n = len(next(iter(curves.values())))
+    if any(len(c) != n for c in curves.values()):
+        raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
+    methods = {"vanilla": [1.0] * n}
+    for name, scales in curves.items():
+        if name in pi_for:
+            methods[f"PI {name}"] = [sum(scales) / n] * n
+        methods[f"LPES {name}"] = list(scales)
+    methods.update({f"uniform {v:g}": [float(v)] * n for v in uniform})
+    return methods
+
+
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
-                  metadata=None, chat_template=None, mode: str = "greedy", progress=None) -> dict:
-    """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}."""
+                  metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None) -> dict:
+    """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}.
+
+    ``cache`` (a :class:`ScoreCache`) keeps every (scales, position) block as soon as it is
+    scored: a killed run resumes where it stopped, and a later run on the same samples reuses
+    what it shares (vanilla, above all) instead of scoring it again.
+    """
     from lpes_harness.search.fitness import PositionScorer
     from lpes_harness.tasks.position import resolve_task
 
@@ -46,8 +74,13 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
             lm.set_scales(list(scales))
             scores[name] = {}
             for percent in percents:
-                indices = list(range(len(scorer.docs[percent])))
-                scores[name][percent] = scorer.scores(percent, indices)
+                known = cache.get(scales, percent) if cache is not None else None
+                if known is None:
+                    indices = list(range(len(scorer.docs[percent])))
+                    known = scorer.scores(percent, indices)
+                    if cache is not None:
+                        cache.put(scales, percent, known)
+                scores[name][percent] = known
                 if progress is not None:
                     progress(name, percent)
     finally:
@@ -57,6 +90,38 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
         "methods": {name: list(s) for name, s in methods.items()}, "scores": scores,
     }  # fmt: skip
+
+
+class ScoreCache:
+    """Scored blocks on disk, keyed by the scales (rounded) and the gold position.
+
+    The file records what the samples depend on (task, split, number, options, chat template,
+    scoring mode, model, dtype); a cache made for other samples is refused, never mixed in.
+    """
+
+    def __init__(self, path: str | Path, identity: Mapping):
+        self.path = Path(path)
+        self.identity = json.loads(json.dumps(dict(identity)))  # JSON-normalised, so it compares equal on reload
+        self.blocks: dict[str, list[float]] = {}
+        if self.path.is_file():
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            if saved.get("identity") != self.identity:
+                raise ValueError(f"{self.path} holds scores of other samples or another model "
+                                 f"({saved.get('identity')} != {self.identity}); remove it or choose another --output")
+            self.blocks = saved.get("blocks", {})
+
+    @staticmethod
+    def key(scales: Sequence[float], percent: int) -> str:
+        return json.dumps([round(float(s), 6) for s in scales]) + f"@{int(percent)}"
+
+    def get(self, scales: Sequence[float], percent: int) -> list[float] | None:
+        return self.blocks.get(self.key(scales, percent))
+
+    def put(self, scales: Sequence[float], percent: int, values: Sequence[float]) -> None:
+        from lpes_harness.files import atomic_write_json
+
+        self.blocks[self.key(scales, percent)] = list(values)
+        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks})
 
 
 def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = ALPHA) -> dict:
@@ -185,6 +250,11 @@ def load_comparison(path: str | Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def _named_scales(text: str) -> tuple[str | None, str]:
+    name, sep, path = text.partition("=")
+    return (name, path) if sep and name and "/" not in name else (None, text)
+
+
 def main(argv=None) -> None:
     """``python -m lpes_harness.analysis.paired --scales run/scales.json``: re-evaluate searched scales."""
     import argparse
@@ -192,48 +262,78 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m lpes_harness.analysis.paired",
         description="Vanilla, PI and searched scales (and any uniform scales) on the same held-out samples of a "
-                    "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla.",
+                    "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla. "
+                    "Every scored block is kept in OUTPUT/scores.cache.json as it is done: run the same command "
+                    "again to resume, or with more --scales to add methods without scoring vanilla again.",
     )
-    parser.add_argument("--scales", required=True, help="a scales file written by a search (scales.json)")
+    parser.add_argument("--scales", required=True, action="append",
+                        help="[NAME=]FILE: a scales file written by a search (scales.json); repeat it to compare "
+                             "several searches on the same samples (rows 'LPES NAME' and 'PI NAME')")
+    parser.add_argument("--no-pi", action="store_true", help="leave out each curve's PI (its mean as a uniform scale)")
+    parser.add_argument("--pi", action="append", default=None, metavar="NAME",
+                        help="give only these curves a PI row (repeatable; default: every curve)")
     parser.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
     parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
     parser.add_argument("--uniform", default="", help="extra uniform scales to compare, e.g. 0.8,1.2")
     parser.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
-    parser.add_argument("--dtype", default=None, help="default: the dtype recorded in the scales file, else float32")
+    parser.add_argument("--dtype", default=None, help="default: the dtype recorded in the first scales file, else float32")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png}")
+    parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
     args = parser.parse_args(argv)
 
     from lpes_harness.scales_file import read_scales_file
 
     try:
         metadata = json.loads(args.metadata)
-        scales = read_scales_file(args.scales)
+        named = [_named_scales(text) for text in args.scales]
+        curves = {(name or (Path(path).parent.name if len(named) > 1 else "LPES")): read_scales_file(path)
+                  for name, path in named}
+        if len(curves) != len(named):
+            raise ValueError("two --scales have the same name; give them NAME=FILE")
         uniform = [float(v) for v in args.uniform.split(",") if v.strip()]
+        with_pi = False if args.no_pi else (args.pi if args.pi else True)
+        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform)
+        percents = task_positions(args.task)
     except (ValueError, OSError) as err:
         parser.error(str(err))
     if not isinstance(metadata, dict) or args.num_samples < 1 or any(v <= 0 for v in uniform):
         parser.error("--metadata must be a JSON object, --num-samples >= 1 and --uniform scales > 0")
-    recorded = json.loads(Path(args.scales).read_text()) if Path(args.scales).is_file() else {}
+    first = named[0][1]
+    recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
     dtype = args.dtype or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
+    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
+    identity = {"task": args.task, "split": "heldout", "num_samples": args.num_samples, "metadata": metadata,
+                "chat_template": args.chat_template, "mode": "greedy", "pretrained": args.pretrained, "dtype": dtype}
+    try:
+        cache = ScoreCache(Path(args.output) / "scores.cache.json", identity)
+    except ValueError as err:
+        parser.error(str(err))
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
+    from tqdm import tqdm
+
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
-    methods = lpes_methods(scales, uniform)
-    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
+    bar = tqdm(total=len(methods) * len(percents), desc="method x position", unit="block")
     scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                           chat_template=chat)
-    scored.update({"scales_file": str(args.scales), "dtype": dtype})
+                           chat_template=chat, cache=cache, progress=lambda name, percent: bar.update())
+    bar.close()
+    scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
     table = paired_table(scored)
     files = write_comparison(table, scored, args.output)
     print(format_plain(table))
     print(f"written: {files['md']}, {files['json']}, {files['png']}")
+
+
+def task_positions(task: str) -> list[int]:
+    from lpes_harness.tasks.position import resolve_task
+
+    return list(resolve_task(task).positions)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,50 @@
+"""Per-sample scores that ``lm_eval --log_samples`` wrote next to a results file.
+
+lm-eval's tracker names one run's files by the same timestamp: ``results_<date>.json`` and, per
+task, ``samples_<task>_<date>.jsonl`` (one JSON object per sample with ``doc_id`` and each
+metric's value). Two runs over the same split pair up by ``doc_id``, which is what a paired test
+of two methods needs; the aggregated results alone only allow an interval per method.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+RESULTS_PREFIX = "results_"
+
+
+def samples_file(results_file: Path, task: str) -> Path | None:
+    """The ``samples_<task>_<date>.jsonl`` written with ``results_<date>.json``, if there is one."""
+    stem = results_file.stem
+    if not stem.startswith(RESULTS_PREFIX):
+        return None
+    path = results_file.with_name(f"samples_{task}_{stem[len(RESULTS_PREFIX):]}.jsonl")
+    return path if path.is_file() else None
+
+
+def read_scores(path: Path, metric: str) -> dict[int, float]:
+    """``doc_id`` -> the sample's ``metric`` from one samples file."""
+    scores: dict[int, float] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+        if metric not in row or "doc_id" not in row:
+            raise ValueError(f"{path}:{number}: a logged sample needs 'doc_id' and {metric!r}, got {sorted(row)[:8]}")
+        scores[int(row["doc_id"])] = float(row[metric])
+    return scores
+
+
+def logged_scores(results_file: Path, metrics: Mapping[str, str]) -> dict[str, dict[int, float]]:
+    """task -> doc_id -> score, for each ``task: metric`` whose samples file sits next to ``results_file``."""
+    found = {}
+    for task, metric in metrics.items():
+        path = samples_file(results_file, task)
+        if path is not None:
+            found[task] = read_scores(path, metric)
+    return found

@@ -1,0 +1,86 @@
+"""`python -m lpes_harness.analysis.paired`: several searches on one sample set, resumable, on a tiny checkpoint."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.analysis.paired import ScoreCache, several_lpes_methods
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_paired"), "llama")
+
+
+def paired(*args):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    command = [sys.executable, "-m", "lpes_harness.analysis.paired", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def common(checkpoint, output):
+    return ["--pretrained", checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
+            "--num-samples", "2", "--threads", "1", "--output", str(output)]  # fmt: skip
+
+
+def test_several_curves_get_their_own_rows_after_vanilla():
+    methods = several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.5]})
+    assert list(methods) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b"]
+    assert methods["PI a"] == [1.5, 1.5] and methods["vanilla"] == [1.0, 1.0]
+    assert list(several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.5]}, with_pi=False)) == ["vanilla", "LPES a", "LPES b"]
+    assert list(several_lpes_methods({"only": [1.0, 2.0]})) == ["vanilla", "PI", "LPES"]  # one curve: the usual rows
+    with pytest.raises(ValueError, match="different numbers of layers"):
+        several_lpes_methods({"a": [1.0, 2.0], "b": [1.0]})
+
+
+def test_cache_refuses_scores_of_other_samples(tmp_path):
+    cache = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 2})
+    cache.put([1.0, 1.0], 50, [1.0, 0.0])
+    again = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 2})
+    assert again.get([1.0, 1.0000000001], 50) == [1.0, 0.0] and again.get([1.0, 1.0], 0) is None
+    with pytest.raises(ValueError, match="other samples"):
+        ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 3})
+
+
+def test_a_second_run_reuses_scored_blocks_and_adds_methods(checkpoint, tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    second.write_text(json.dumps([0.5, 0.5, 1.0, 1.0]))
+    output = tmp_path / "out"
+    done = paired("--scales", f"first={first}", "--no-pi", *common(checkpoint, output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    cache = json.loads((output / "scores.cache.json").read_text())
+    assert len(cache["blocks"]) == 2 * 6  # vanilla and one curve, at kv_retrieval's 6 positions
+    # Plant a vanilla block no model would produce here (the random model scores 0): a rerun must read it.
+    key = ScoreCache.key([1.0] * 4, 0)
+    cache["blocks"][key] = [1.0, 1.0]
+    (output / "scores.cache.json").write_text(json.dumps(cache))
+
+    done = paired("--scales", f"first={first}", "--scales", f"second={second}", "--no-pi", *common(checkpoint, output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((output / "heldout.json").read_text())
+    assert list(saved["table"]["rows"]) == ["vanilla", "LPES first", "LPES second"]
+    assert saved["scored"]["scores"]["vanilla"]["0"] == [1.0, 1.0]
+    assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 3 * 6
+
+
+def test_other_samples_in_the_output_are_refused_before_the_model_loads(checkpoint, tmp_path):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    output = tmp_path / "out"
+    ScoreCache(output / "scores.cache.json", {"task": "something else"}).put([1.0] * 4, 0, [0.0])
+    done = paired("--scales", str(scales), *common(checkpoint, output))
+    assert done.returncode == 2 and "other samples" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in output.iterdir()) == ["scores.cache.json"]
+
+
+def test_unknown_task_is_named(tmp_path):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5]))
+    done = paired("--scales", str(scales), "--task", "no_such_task", "--output", str(tmp_path / "out"))
+    assert done.returncode == 2 and "unknown position task 'no_such_task'" in done.stderr
+    assert not (tmp_path / "out").exists()
