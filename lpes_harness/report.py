@@ -210,7 +210,8 @@ def _interval_text(value: float, count: int | None) -> str:
     return f"{percent(value)} [{percent(low)}, {percent(high)}]"
 
 
-def _paired_text(mine: Mapping[int, float], base: Mapping[int, float]) -> tuple[str, bool] | None:
+def _tested_cell(text: str, mine: Mapping, base: Mapping) -> str | None:
+    """``text`` with a second line of the paired test against the baseline (bold if significant); None if untestable."""
     common = sorted(set(mine) & set(base))
     if not common:
         return None
@@ -219,8 +220,8 @@ def _paired_text(mine: Mapping[int, float], base: Mapping[int, float]) -> tuple[
     except ValueError:  # a score that is not 0/1: no McNemar
         return None
     sign = "+" if test["difference"] >= 0 else "−"
-    text = f"{sign}{abs(test['difference']) * 100:.1f}, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
-    return text, test["p"] < ALPHA
+    cell = f"{text}<br>{sign}{abs(test['difference']) * 100:.1f}, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+    return f"**{cell}**" if test["p"] < ALPHA else cell
 
 
 def position_section(methods: Sequence[Method], group: str, percents: Sequence[int]) -> str:
@@ -238,13 +239,11 @@ def position_section(methods: Sequence[Method], group: str, percents: Sequence[i
                 cells.append(percent(None))
                 continue
             text = _interval_text(value, method.counts.get(task))
-            paired = None
+            cell = None
             if method is not baseline and task in method.samples and task in baseline.samples:
-                paired = _paired_text(method.samples[task], baseline.samples[task])
-            if paired:
-                tested = True
-                text = f"**{text}<br>{paired[0]}**" if paired[1] else f"{text}<br>{paired[0]}"
-            cells.append(text)
+                cell = _tested_cell(text, method.samples[task], baseline.samples[task])
+            tested = tested or cell is not None
+            cells.append(cell or text)
         cells.append(_average_cell(method, baseline, tasks, values))
         lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
     if tested:
@@ -271,9 +270,7 @@ def _average_cell(method: Method, baseline: Method, tasks: Sequence[str], values
     if method is not baseline and all(t in method.samples and t in baseline.samples for t in tasks):
         mine = {(t, k): v for t in tasks for k, v in method.samples[t].items()}
         base = {(t, k): v for t in tasks for k, v in baseline.samples[t].items()}
-        paired = _paired_text(mine, base)
-        if paired:
-            text = f"**{text}<br>{paired[0]}**" if paired[1] else f"{text}<br>{paired[0]}"
+        text = _tested_cell(text, mine, base) or text
     return text
 
 
