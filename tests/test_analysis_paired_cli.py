@@ -38,12 +38,38 @@ def test_several_curves_get_their_own_rows_after_vanilla():
 
 
 def test_cache_refuses_scores_of_other_samples(tmp_path):
+    docs = [{"prompt": f"sample {i}"} for i in range(3)]
     cache = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 2})
-    cache.put([1.0, 1.0], 50, [1.0, 0.0])
-    again = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 2})
-    assert again.get([1.0, 1.0000000001], 50) == [1.0, 0.0] and again.get([1.0, 1.0], 0) is None
+    cache.put([1.0, 1.0], 50, docs[:2], [1.0, 0.0])
+    again = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 3})  # more samples: the same cache
+    assert again.get([1.0, 1.0000000001], 50, docs) == [1.0, 0.0] and again.get([1.0, 1.0], 0, docs) == []
+    assert again.get([1.0, 1.0], 50, docs[:1]) == [1.0]
+    with pytest.raises(ValueError, match="sample 1 at 50 % is not the sample"):
+        again.get([1.0, 1.0], 50, [docs[0], {"prompt": "changed"}])
     with pytest.raises(ValueError, match="other samples"):
-        ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 3})
+        ScoreCache(tmp_path / "c.json", {"task": "another task"})
+
+
+def test_a_larger_run_scores_only_the_new_samples(checkpoint, tmp_path):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    output = tmp_path / "out"
+    done = paired("--scales", str(scales), "--no-pi", *common(checkpoint, output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    cache = json.loads((output / "scores.cache.json").read_text())
+    key = ScoreCache.key([1.0] * 4, 0)
+    cache["blocks"][key] = [1.0, 1.0]  # planted (the random model scores 0): kept, not re-scored
+    (output / "scores.cache.json").write_text(json.dumps(cache))
+
+    larger = [a if a != "2" else "3" for a in common(checkpoint, output)]
+    done = paired("--scales", str(scales), "--no-pi", *larger)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((output / "heldout.json").read_text())
+    assert saved["scored"]["scores"]["vanilla"]["0"] == [1.0, 1.0, 0.0]
+    assert saved["table"]["rows"]["vanilla"]["0"]["n"] == 3
+    cache = json.loads((output / "scores.cache.json").read_text())
+    assert all(len(block) == 3 for block in cache["blocks"].values())
+    assert all(len(prints) == 3 for prints in cache["fingerprints"].values())
 
 
 def test_a_second_run_reuses_scored_blocks_and_adds_methods(checkpoint, tmp_path):
@@ -72,7 +98,7 @@ def test_other_samples_in_the_output_are_refused_before_the_model_loads(checkpoi
     scales = tmp_path / "s.json"
     scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
     output = tmp_path / "out"
-    ScoreCache(output / "scores.cache.json", {"task": "something else"}).put([1.0] * 4, 0, [0.0])
+    ScoreCache(output / "scores.cache.json", {"task": "something else"}).put([1.0] * 4, 0, None, [0.0])
     done = paired("--scales", str(scales), *common(checkpoint, output))
     assert done.returncode == 2 and "other samples" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in output.iterdir()) == ["scores.cache.json"]

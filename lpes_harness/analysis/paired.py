@@ -59,7 +59,8 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
 
     ``cache`` (a :class:`ScoreCache`) keeps every (scales, position) block as soon as it is
     scored: a killed run resumes where it stopped, and a later run on the same samples reuses
-    what it shares (vanilla, above all) instead of scoring it again.
+    what it shares (vanilla, above all) instead of scoring it again. A run with more samples
+    scores only the new ones: held-out samples are numbered, so 200 begin with the earlier 100.
     """
     from lpes_harness.search.fitness import PositionScorer
     from lpes_harness.tasks.position import resolve_task
@@ -74,12 +75,13 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
             lm.set_scales(list(scales))
             scores[name] = {}
             for percent in percents:
-                known = cache.get(scales, percent) if cache is not None else None
-                if known is None:
-                    indices = list(range(len(scorer.docs[percent])))
-                    known = scorer.scores(percent, indices)
+                docs = scorer.docs[percent]
+                known = cache.get(scales, percent, docs) if cache is not None else []
+                if len(known) < len(docs):  # score only what no earlier run scored
+                    known = known + scorer.scores(percent, list(range(len(known), len(docs))))
                     if cache is not None:
-                        cache.put(scales, percent, known)
+                        cache.put(scales, percent, docs, known)
+                known = known[: len(docs)]
                 scores[name][percent] = known
                 if progress is not None:
                     progress(name, percent)
@@ -93,35 +95,70 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
 
 
 class ScoreCache:
-    """Scored blocks on disk, keyed by the scales (rounded) and the gold position.
+    """Scored samples on disk, keyed by the scales (rounded) and the gold position.
 
-    The file records what the samples depend on (task, split, number, options, chat template,
-    scoring mode, model, dtype); a cache made for other samples is refused, never mixed in.
+    The file records what the samples depend on (task, split, options, chat template, scoring
+    mode, model, dtype) but not how many there are: a block holds the scores of the first
+    samples of the split, and a larger run extends it. Each position also keeps a fingerprint
+    of every scored sample's text, so a block is reused only for the very same samples; a
+    cache made for other samples is refused, never mixed in.
     """
 
     def __init__(self, path: str | Path, identity: Mapping):
         self.path = Path(path)
         self.identity = json.loads(json.dumps(dict(identity)))  # JSON-normalised, so it compares equal on reload
+        self.identity.pop("num_samples", None)
         self.blocks: dict[str, list[float]] = {}
+        self.fingerprints: dict[str, list[str]] = {}
         if self.path.is_file():
             saved = json.loads(self.path.read_text(encoding="utf-8"))
-            if saved.get("identity") != self.identity:
+            identity_saved = dict(saved.get("identity") or {})
+            # Files written before blocks could grow named their sample count; their samples are
+            # still the first ones of the split, which the rest of the identity pins down.
+            identity_saved.pop("num_samples", None)
+            if identity_saved != self.identity:
                 raise ValueError(f"{self.path} holds scores of other samples or another model "
-                                 f"({saved.get('identity')} != {self.identity}); remove it or choose another --output")
+                                 f"({identity_saved} != {self.identity}); remove it or choose another --output")
             self.blocks = saved.get("blocks", {})
+            self.fingerprints = saved.get("fingerprints", {})
 
     @staticmethod
     def key(scales: Sequence[float], percent: int) -> str:
         return json.dumps([round(float(s), 6) for s in scales]) + f"@{int(percent)}"
 
-    def get(self, scales: Sequence[float], percent: int) -> list[float] | None:
-        return self.blocks.get(self.key(scales, percent))
+    @staticmethod
+    def fingerprint(doc: Mapping) -> str:
+        import hashlib
 
-    def put(self, scales: Sequence[float], percent: int, values: Sequence[float]) -> None:
+        text = json.dumps(doc, sort_keys=True, default=str, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def _check_samples(self, percent: int, docs: Sequence[Mapping], count: int) -> None:
+        saved = self.fingerprints.get(str(int(percent)), [])
+        mine = [self.fingerprint(doc) for doc in docs[: min(count, len(saved))]]
+        if mine != saved[: len(mine)]:
+            first = next(i for i, (a, b) in enumerate(zip(mine, saved)) if a != b)
+            raise ValueError(f"{self.path}: sample {first} at {percent} % is not the sample these scores were made "
+                             f"for (other samples: a changed data file or task code?); remove it or choose another --output")
+
+    def get(self, scales: Sequence[float], percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
+        """The cached scores of the first samples (``docs``, checked against the fingerprints), maybe none."""
+        block = list(self.blocks.get(self.key(scales, percent), []))
+        if docs is not None:
+            block = block[: len(docs)]
+            self._check_samples(percent, docs, len(block))
+        return block
+
+    def put(self, scales: Sequence[float], percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
         from lpes_harness.files import atomic_write_json
 
+        if docs is not None:
+            self._check_samples(percent, docs, len(values))
+            saved = self.fingerprints.get(str(int(percent)), [])
+            if len(values) > len(saved):
+                self.fingerprints[str(int(percent))] = saved + [self.fingerprint(d) for d in docs[len(saved): len(values)]]
         self.blocks[self.key(scales, percent)] = list(values)
-        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks})
+        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
 
 
 def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = ALPHA) -> dict:
@@ -264,7 +301,8 @@ def main(argv=None) -> None:
         description="Vanilla, PI and searched scales (and any uniform scales) on the same held-out samples of a "
                     "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla. "
                     "Every scored block is kept in OUTPUT/scores.cache.json as it is done: run the same command "
-                    "again to resume, or with more --scales to add methods without scoring vanilla again.",
+                    "again to resume, with more --scales to add methods without scoring vanilla again, or with a "
+                    "larger --num-samples to score only the samples that are new.",
     )
     parser.add_argument("--scales", required=True, action="append",
                         help="[NAME=]FILE: a scales file written by a search (scales.json); repeat it to compare "
@@ -304,7 +342,7 @@ def main(argv=None) -> None:
     recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
     dtype = args.dtype or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    identity = {"task": args.task, "split": "heldout", "num_samples": args.num_samples, "metadata": metadata,
+    identity = {"task": args.task, "split": "heldout", "metadata": metadata,
                 "chat_template": args.chat_template, "mode": "greedy", "pretrained": args.pretrained, "dtype": dtype}
     try:
         cache = ScoreCache(Path(args.output) / "scores.cache.json", identity)
