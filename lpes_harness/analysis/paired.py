@@ -81,7 +81,6 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
                     known = known + scorer.scores(percent, list(range(len(known), len(docs))))
                     if cache is not None:
                         cache.put(scales, percent, docs, known)
-                known = known[: len(docs)]
                 scores[name][percent] = known
                 if progress is not None:
                     progress(name, percent)
@@ -358,8 +357,12 @@ def main(argv=None) -> None:
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
     bar = tqdm(total=len(methods) * len(percents), desc="method x position", unit="block")
-    scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                           chat_template=chat, cache=cache, progress=lambda name, percent: bar.update())
+    try:
+        scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
+                               chat_template=chat, cache=cache, progress=lambda name, percent: bar.update())
+    except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
+        bar.close()
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     bar.close()
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
     table = paired_table(scored)
