@@ -110,3 +110,64 @@ def test_unknown_task_is_named(tmp_path):
     done = paired("--scales", str(scales), "--task", "no_such_task", "--output", str(tmp_path / "out"))
     assert done.returncode == 2 and "unknown position task 'no_such_task'" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
+    """lm-eval's own ``hf`` model is vanilla: through the baseline path (lm-eval loglikelihood) it must
+    give vanilla's per-sample scores, read through lpes_hf's shared-prefix scorer. Log-probabilities,
+    not 0/1, so that a random model's all-zero accuracy cannot make the comparison pass."""
+    from lpes_harness.analysis.paired import Baseline, load_baseline_lm, score_methods
+    from lpes_harness.lm import LPESLM
+
+    lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
+    loaded = []
+
+    def load(baseline):
+        loaded.append(baseline.spec)
+        return load_baseline_lm(baseline, checkpoint, "float32")
+
+    scored = score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, num_samples=2, metadata={"num_pairs": 3},
+                           mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load)
+    assert loaded == ["hf:device=cpu"] and list(scored["scores"]) == ["vanilla", "hf again"]
+    assert scored["methods"]["hf again"] == "hf:device=cpu"
+    vanilla, again = scored["scores"]["vanilla"], scored["scores"]["hf again"]
+    values = [v for p in vanilla for v in vanilla[p]]
+    assert len(set(values)) > 1 and all(v > -1e9 for v in values)
+    for percent in vanilla:
+        assert again[percent] == pytest.approx(vanilla[percent], abs=1e-4)
+
+
+def test_baselines_get_rows_and_cached_blocks(checkpoint, tmp_path):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    output = tmp_path / "out"
+    done = paired("--scales", str(scales), "--no-pi", "--baseline", "Ms-PoE rank=mspoe_hf:head_mapping=rank",
+                  *common(checkpoint, output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((output / "heldout.json").read_text())
+    assert list(saved["table"]["rows"]) == ["vanilla", "LPES", "Ms-PoE rank"]
+    assert saved["scored"]["methods"]["Ms-PoE rank"] == "mspoe_hf:head_mapping=rank"
+    cache = json.loads((output / "scores.cache.json").read_text())
+    key = ScoreCache.key("mspoe_hf:head_mapping=rank", 0)
+    assert key in cache["blocks"] and len(cache["blocks"]) == 3 * 6
+    # A complete cached baseline is read, not re-scored: a planted block shows up in the table.
+    for percent in (0, 20, 40, 60, 80, 100):
+        cache["blocks"][ScoreCache.key("mspoe_hf:head_mapping=rank", percent)] = [1.0, 1.0]
+    (output / "scores.cache.json").write_text(json.dumps(cache))
+    done = paired("--scales", str(scales), "--no-pi", "--baseline", "Ms-PoE rank=mspoe_hf:head_mapping=rank",
+                  *common(checkpoint, output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((output / "heldout.json").read_text())
+    assert saved["table"]["rows"]["Ms-PoE rank"]["average"]["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("baseline, message", [
+    ("x=no_such_model", "'no_such_model' is not a registered lm-eval model"),
+    ("lpes_hf:scales=1.2", "give lpes_hf scales with --scales"),
+])
+def test_a_bad_baseline_is_named_before_anything_loads(tmp_path, baseline, message):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5]))
+    done = paired("--scales", str(scales), "--baseline", baseline, "--output", str(tmp_path / "out"))
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -56,3 +56,16 @@ def test_the_command_lines_device_decides_auto_over_the_config_files(tmp_path):
     config.write_text(json.dumps({"device": "cpu"}))
     assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "gpu"
     assert parse_args(["--config", str(config)]).profile == "cpu"
+
+
+@pytest.mark.parametrize("name", ["smollm2_demo.json", "smollm2_reference.json"])
+def test_the_shipped_configs_are_valid_multi_needle_searches_over_the_wide_range(name):
+    """The README sends users to these files: every key must be a flag, and the values a valid search."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "searches" / "configs" / name
+    saved = json.loads(path.read_text())
+    args = parse_args(["--device", "cpu", "--config", str(path)])
+    assert args.task == "multi_needle" and (args.y_min, args.y_max) == (0.25, 2.5)
+    assert (args.population, args.num_samples, args.generations) == (
+        saved["population"], saved["num_samples"], saved["generations"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
@@ -46,21 +47,29 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
         raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
     methods = {"vanilla": [1.0] * n}
     for name, scales in curves.items():
+        suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
         if name in pi_for:
-            methods[f"PI {name}"] = [sum(scales) / n] * n
-        methods[f"LPES {name}"] = list(scales)
+            methods[f"PI{suffix}"] = [sum(scales) / n] * n
+        methods[f"LPES{suffix}"] = list(scales)
     methods.update({f"uniform {v:g}": [float(v)] * n for v in uniform})
     return methods
 
 
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
-                  metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None) -> dict:
+                  metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None,
+                  baselines: Mapping[str, Baseline] | None = None, load_baseline=None) -> dict:
     """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}.
 
     ``cache`` (a :class:`ScoreCache`) keeps every (scales, position) block as soon as it is
     scored: a killed run resumes where it stopped, and a later run on the same samples reuses
     what it shares (vanilla, above all) instead of scoring it again. A run with more samples
     scores only the new ones: held-out samples are numbered, so 200 begin with the earlier 100.
+
+    ``baselines`` (rows after the scaled methods) are other lm-eval models, loaded one at a
+    time by ``load_baseline(baseline)`` only when a block is missing. They are scored on the
+    very same prompts (the scorer is shared, only its model changes) through lm-eval's own
+    ``loglikelihood``: the path ``lm_eval --model mspoe_hf`` takes, which the fast shared-prefix
+    scorer of ``lpes_hf`` is tested to agree with.
     """
     from lpes_harness.search.fitness import PositionScorer
     from lpes_harness.tasks.position import resolve_task
@@ -86,11 +95,84 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
                     progress(name, percent)
     finally:
         lm.set_scales(previous)
+    for name, baseline in (baselines or {}).items():
+        scores[name] = _score_baseline(scorer, baseline, percents, cache, load_baseline)
+        if progress is not None:
+            for percent in percents:
+                progress(name, percent)
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
-        "methods": {name: list(s) for name, s in methods.items()}, "scores": scores,
+        "methods": {**{name: list(s) for name, s in methods.items()},
+                    **{name: b.spec for name, b in (baselines or {}).items()}},
+        "scores": scores,
     }  # fmt: skip
+
+
+def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline) -> dict[int, list[float]]:
+    known = {p: (cache.get(baseline.spec, p, scorer.docs[p]) if cache is not None else []) for p in percents}
+    if all(len(known[p]) == len(scorer.docs[p]) for p in percents):
+        return known  # nothing to score: no model load (25 s for the bundled one)
+    own_lm, own_scorer = scorer.lm, scorer.scorer
+    scorer.lm, scorer.scorer = load_baseline(baseline), "lm-eval"
+    try:
+        for percent in percents:
+            docs = scorer.docs[percent]
+            if len(known[percent]) < len(docs):
+                known[percent] = known[percent] + scorer.scores(percent, list(range(len(known[percent]), len(docs))))
+                if cache is not None:
+                    cache.put(baseline.spec, percent, docs, known[percent])
+    finally:
+        scorer.lm, scorer.scorer = own_lm, own_scorer
+    return known
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A comparison model by its lm-eval name and ``key=value,...`` arguments (``mspoe_hf``, ``head_mapping=rank``)."""
+
+    model: str
+    args: str = ""
+
+    @property
+    def spec(self) -> str:
+        return f"{self.model}:{self.args}" if self.args else self.model
+
+
+def parse_baseline(text: str) -> tuple[str, Baseline]:
+    """``[NAME=]MODEL[:ARGS]`` -> (row name, baseline); the model must be a registered lm-eval model.
+
+    ``Ms-PoE rank=mspoe_hf:head_mapping=rank`` names the row; without NAME the row is the spec.
+    """
+    from lpes_harness.plugin import register
+
+    head, _, args = text.partition(":")
+    name, sep, model = head.partition("=")
+    if not sep:
+        name, model = "", head
+    model, name, args = model.strip(), name.strip(), args.strip()
+    register()
+    from lm_eval.api.registry import get_model
+
+    try:
+        get_model(model)
+    except ValueError:
+        raise ValueError(f"--baseline {text!r}: {model!r} is not a registered lm-eval model "
+                         f"(e.g. mspoe_hf, buckets_hf, moice_hf)") from None
+    if model == "lpes_hf":
+        raise ValueError(f"--baseline {text!r}: give lpes_hf scales with --scales (or --uniform), not as a baseline")
+    baseline = Baseline(model, args)
+    return name or baseline.spec, baseline
+
+
+def load_baseline_lm(baseline: Baseline, pretrained: str | None, dtype: str):
+    """The lm-eval model of ``baseline`` on the comparison's checkpoint and dtype (its own arguments win)."""
+    from lm_eval.api.registry import get_model
+    from lm_eval.utils import simple_parse_args_string
+
+    kwargs = {"dtype": dtype, "batch_size": 1, **({"pretrained": pretrained} if pretrained else {})}
+    kwargs.update(simple_parse_args_string(baseline.args))
+    return get_model(baseline.model)(**kwargs)
 
 
 class ScoreCache:
@@ -122,8 +204,11 @@ class ScoreCache:
             self.fingerprints = saved.get("fingerprints", {})
 
     @staticmethod
-    def key(scales: Sequence[float], percent: int) -> str:
-        return json.dumps([round(float(s), 6) for s in scales]) + f"@{int(percent)}"
+    def key(method: Sequence[float] | str, percent: int) -> str:
+        """Scales (rounded) or a baseline's ``model:args`` spec, at one gold position."""
+        if isinstance(method, str):
+            return json.dumps(method) + f"@{int(percent)}"
+        return json.dumps([round(float(s), 6) for s in method]) + f"@{int(percent)}"
 
     @staticmethod
     def fingerprint(doc: Mapping) -> str:
@@ -140,7 +225,7 @@ class ScoreCache:
             raise ValueError(f"{self.path}: sample {first} at {percent} % is not the sample these scores were made "
                              f"for (other samples: a changed data file or task code?); remove it or choose another --output")
 
-    def get(self, scales: Sequence[float], percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
+    def get(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
         """The cached scores of the first samples (``docs``, checked against the fingerprints), maybe none."""
         block = list(self.blocks.get(self.key(scales, percent), []))
         if docs is not None:
@@ -148,7 +233,7 @@ class ScoreCache:
             self._check_samples(percent, docs, len(block))
         return block
 
-    def put(self, scales: Sequence[float], percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
+    def put(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
         from lpes_harness.files import atomic_write_json
 
         if docs is not None:
@@ -297,7 +382,7 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(
         prog="python -m lpes_harness.analysis.paired",
-        description="Vanilla, PI and searched scales (and any uniform scales) on the same held-out samples of a "
+        description="Vanilla, PI and searched scales (any uniform scales, and baseline models) on the same held-out samples of a "
                     "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla. "
                     "Every scored block is kept in OUTPUT/scores.cache.json as it is done: run the same command "
                     "again to resume, with more --scales to add methods without scoring vanilla again, or with a "
@@ -313,6 +398,12 @@ def main(argv=None) -> None:
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
     parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
     parser.add_argument("--uniform", default="", help="extra uniform scales to compare, e.g. 0.8,1.2")
+    parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]MODEL[:ARGS]",
+                        help="another lm-eval model on the same samples, e.g. 'Ms-PoE rank=mspoe_hf:head_mapping=rank', "
+                             "'MoICE=moice_hf:gates=results/moice/smollm2.gates.pt' or buckets_hf (ARGS as in "
+                             "--model_args; it runs on --pretrained and --dtype unless ARGS say otherwise). "
+                             "Repeatable. Scored through lm-eval's loglikelihood, one model loaded at a time; "
+                             "Attention Buckets runs one forward per base (7 by default), so it costs 7 times as much")
     parser.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
     parser.add_argument("--dtype", default=None, help="default: the dtype recorded in the first scales file, else float32")
@@ -332,6 +423,9 @@ def main(argv=None) -> None:
         uniform = [float(v) for v in args.uniform.split(",") if v.strip()]
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform)
+        baselines = dict(parse_baseline(text) for text in args.baseline)
+        if len(baselines) != len(args.baseline) or set(baselines) & set(methods):
+            raise ValueError("two rows have the same name; name each --baseline NAME=MODEL[:ARGS]")
         percents = task_positions(args.task)
     except (ValueError, OSError) as err:
         parser.error(str(err))
@@ -356,10 +450,11 @@ def main(argv=None) -> None:
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
-    bar = tqdm(total=len(methods) * len(percents), desc="method x position", unit="block")
+    bar = tqdm(total=(len(methods) + len(baselines)) * len(percents), desc="method x position", unit="block")
     try:
         scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                               chat_template=chat, cache=cache, progress=lambda name, percent: bar.update())
+                               chat_template=chat, cache=cache, progress=lambda name, percent: bar.update(),
+                               baselines=baselines, load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype))
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
         bar.close()
         parser.exit(2, f"{parser.prog}: error: {err}\n")
