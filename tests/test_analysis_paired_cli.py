@@ -8,7 +8,8 @@ import sys
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis.paired import ScoreCache, several_lpes_methods
+from lpes_harness.analysis.paired import several_lpes_methods
+from lpes_harness.analysis.score_cache import ScoreCache
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,8 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
     """lm-eval's own ``hf`` model is vanilla: through the baseline path (lm-eval loglikelihood) it must
     give vanilla's per-sample scores, read through lpes_hf's shared-prefix scorer. Log-probabilities,
     not 0/1, so that a random model's all-zero accuracy cannot make the comparison pass."""
-    from lpes_harness.analysis.paired import Baseline, load_baseline_lm, score_methods
+    from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm
+    from lpes_harness.analysis.paired import score_methods
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")

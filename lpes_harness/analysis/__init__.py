@@ -8,4 +8,9 @@
   computed (from the layer's own q/k projections, via hooks), never full eager attention.
 
 ``inputs`` holds what both share: the model, the prompts, JSON and figure output.
+
+- ``python -m lpes_harness.analysis.paired``: vanilla, PI, searched curves and baseline models
+  (``baseline_rows``) on the same held-out samples, with intervals and paired tests (``stats``);
+  every scored block is kept by ``score_cache``.
+- ``validity`` (``lpes-check``): does a position task measure retrieval on this model?
 """

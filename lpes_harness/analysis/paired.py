@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
+from lpes_harness.analysis.score_cache import ScoreCache
 from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
 
 ALPHA = 0.05
@@ -125,124 +126,6 @@ def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline) 
     finally:
         scorer.lm, scorer.scorer = own_lm, own_scorer
     return known
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """A comparison model by its lm-eval name and ``key=value,...`` arguments (``mspoe_hf``, ``head_mapping=rank``)."""
-
-    model: str
-    args: str = ""
-
-    @property
-    def spec(self) -> str:
-        return f"{self.model}:{self.args}" if self.args else self.model
-
-
-def parse_baseline(text: str) -> tuple[str, Baseline]:
-    """``[NAME=]MODEL[:ARGS]`` -> (row name, baseline); the model must be a registered lm-eval model.
-
-    ``Ms-PoE rank=mspoe_hf:head_mapping=rank`` names the row; without NAME the row is the spec.
-    """
-    from lpes_harness.plugin import register
-
-    head, _, args = text.partition(":")
-    name, sep, model = head.partition("=")
-    if not sep:
-        name, model = "", head
-    model, name, args = model.strip(), name.strip(), args.strip()
-    register()
-    from lm_eval.api.registry import get_model
-
-    try:
-        get_model(model)
-    except ValueError:
-        raise ValueError(f"--baseline {text!r}: {model!r} is not a registered lm-eval model "
-                         f"(e.g. mspoe_hf, buckets_hf, moice_hf)") from None
-    if model == "lpes_hf":
-        raise ValueError(f"--baseline {text!r}: give lpes_hf scales with --scales (or --uniform), not as a baseline")
-    baseline = Baseline(model, args)
-    return name or baseline.spec, baseline
-
-
-def load_baseline_lm(baseline: Baseline, pretrained: str | None, dtype: str):
-    """The lm-eval model of ``baseline`` on the comparison's checkpoint and dtype (its own arguments win)."""
-    from lm_eval.api.registry import get_model
-    from lm_eval.utils import simple_parse_args_string
-
-    kwargs = {"dtype": dtype, "batch_size": 1, **({"pretrained": pretrained} if pretrained else {})}
-    kwargs.update(simple_parse_args_string(baseline.args))
-    return get_model(baseline.model)(**kwargs)
-
-
-class ScoreCache:
-    """Scored samples on disk, keyed by the scales (rounded) and the gold position.
-
-    The file records what the samples depend on (task, split, options, chat template, scoring
-    mode, model, dtype) but not how many there are: a block holds the scores of the first
-    samples of the split, and a larger run extends it. Each position also keeps a fingerprint
-    of every scored sample's text, so a block is reused only for the very same samples; a
-    cache made for other samples is refused, never mixed in.
-    """
-
-    def __init__(self, path: str | Path, identity: Mapping):
-        self.path = Path(path)
-        self.identity = json.loads(json.dumps(dict(identity)))  # JSON-normalised, so it compares equal on reload
-        self.identity.pop("num_samples", None)
-        self.blocks: dict[str, list[float]] = {}
-        self.fingerprints: dict[str, list[str]] = {}
-        if self.path.is_file():
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
-            identity_saved = dict(saved.get("identity") or {})
-            # Files written before blocks could grow named their sample count; their samples are
-            # still the first ones of the split, which the rest of the identity pins down.
-            identity_saved.pop("num_samples", None)
-            if identity_saved != self.identity:
-                raise ValueError(f"{self.path} holds scores of other samples or another model "
-                                 f"({identity_saved} != {self.identity}); remove it or choose another --output")
-            self.blocks = saved.get("blocks", {})
-            self.fingerprints = saved.get("fingerprints", {})
-
-    @staticmethod
-    def key(method: Sequence[float] | str, percent: int) -> str:
-        """Scales (rounded) or a baseline's ``model:args`` spec, at one gold position."""
-        if isinstance(method, str):
-            return json.dumps(method) + f"@{int(percent)}"
-        return json.dumps([round(float(s), 6) for s in method]) + f"@{int(percent)}"
-
-    @staticmethod
-    def fingerprint(doc: Mapping) -> str:
-        import hashlib
-
-        text = json.dumps(doc, sort_keys=True, default=str, ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-    def _check_samples(self, percent: int, docs: Sequence[Mapping], count: int) -> None:
-        saved = self.fingerprints.get(str(int(percent)), [])
-        mine = [self.fingerprint(doc) for doc in docs[: min(count, len(saved))]]
-        if mine != saved[: len(mine)]:
-            first = next(i for i, (a, b) in enumerate(zip(mine, saved)) if a != b)
-            raise ValueError(f"{self.path}: sample {first} at {percent} % is not the sample these scores were made "
-                             f"for (other samples: a changed data file or task code?); remove it or choose another --output")
-
-    def get(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
-        """The cached scores of the first samples (``docs``, checked against the fingerprints), maybe none."""
-        block = list(self.blocks.get(self.key(scales, percent), []))
-        if docs is not None:
-            block = block[: len(docs)]
-            self._check_samples(percent, docs, len(block))
-        return block
-
-    def put(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
-        from lpes_harness.files import atomic_write_json
-
-        if docs is not None:
-            self._check_samples(percent, docs, len(values))
-            saved = self.fingerprints.get(str(int(percent)), [])
-            if len(values) > len(saved):
-                self.fingerprints[str(int(percent))] = saved + [self.fingerprint(d) for d in docs[len(saved): len(values)]]
-        self.blocks[self.key(scales, percent)] = list(values)
-        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
 
 
 def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = ALPHA) -> dict:

@@ -1,0 +1,77 @@
+"""Scored held-out samples on disk: a paired comparison resumes, grows and reuses what it shares."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+class ScoreCache:
+    """Scored samples on disk, keyed by the scales (rounded) and the gold position.
+
+    The file records what the samples depend on (task, split, options, chat template, scoring
+    mode, model, dtype) but not how many there are: a block holds the scores of the first
+    samples of the split, and a larger run extends it. Each position also keeps a fingerprint
+    of every scored sample's text, so a block is reused only for the very same samples; a
+    cache made for other samples is refused, never mixed in.
+    """
+
+    def __init__(self, path: str | Path, identity: Mapping):
+        self.path = Path(path)
+        self.identity = json.loads(json.dumps(dict(identity)))  # JSON-normalised, so it compares equal on reload
+        self.identity.pop("num_samples", None)
+        self.blocks: dict[str, list[float]] = {}
+        self.fingerprints: dict[str, list[str]] = {}
+        if self.path.is_file():
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            identity_saved = dict(saved.get("identity") or {})
+            # Files written before blocks could grow named their sample count; their samples are
+            # still the first ones of the split, which the rest of the identity pins down.
+            identity_saved.pop("num_samples", None)
+            if identity_saved != self.identity:
+                raise ValueError(f"{self.path} holds scores of other samples or another model "
+                                 f"({identity_saved} != {self.identity}); remove it or choose another --output")
+            self.blocks = saved.get("blocks", {})
+            self.fingerprints = saved.get("fingerprints", {})
+
+    @staticmethod
+    def key(method: Sequence[float] | str, percent: int) -> str:
+        """Scales (rounded) or a baseline's ``model:args`` spec, at one gold position."""
+        if isinstance(method, str):
+            return json.dumps(method) + f"@{int(percent)}"
+        return json.dumps([round(float(s), 6) for s in method]) + f"@{int(percent)}"
+
+    @staticmethod
+    def fingerprint(doc: Mapping) -> str:
+        import hashlib
+
+        text = json.dumps(doc, sort_keys=True, default=str, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def _check_samples(self, percent: int, docs: Sequence[Mapping], count: int) -> None:
+        saved = self.fingerprints.get(str(int(percent)), [])
+        mine = [self.fingerprint(doc) for doc in docs[: min(count, len(saved))]]
+        if mine != saved[: len(mine)]:
+            first = next(i for i, (a, b) in enumerate(zip(mine, saved)) if a != b)
+            raise ValueError(f"{self.path}: sample {first} at {percent} % is not the sample these scores were made "
+                             f"for (other samples: a changed data file or task code?); remove it or choose another --output")
+
+    def get(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
+        """The cached scores of the first samples (``docs``, checked against the fingerprints), maybe none."""
+        block = list(self.blocks.get(self.key(scales, percent), []))
+        if docs is not None:
+            block = block[: len(docs)]
+            self._check_samples(percent, docs, len(block))
+        return block
+
+    def put(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
+        from lpes_harness.files import atomic_write_json
+
+        if docs is not None:
+            self._check_samples(percent, docs, len(values))
+            saved = self.fingerprints.get(str(int(percent)), [])
+            if len(values) > len(saved):
+                self.fingerprints[str(int(percent))] = saved + [self.fingerprint(d) for d in docs[len(saved): len(values)]]
+        self.blocks[self.key(scales, percent)] = list(values)
+        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
