@@ -174,3 +174,26 @@ def test_the_shared_prompt_path_matches_lm_eval_on_other_architectures(arch, tmp
     pairs = [(CONTEXTS[0], " abc"), (CONTEXTS[0], ' "abc"'), (CONTEXTS[2], " 3")]
     for mine, (logprob, is_greedy) in zip(score_answers(lm, pairs), lm_eval_loglikelihood(lm, pairs)):
         assert mine.logprob == pytest.approx(logprob, abs=1e-4) and mine.is_greedy == is_greedy
+
+
+def test_tiebreak_is_greedy_accuracy_plus_a_confidence_too_small_to_reorder_it(answering):
+    from lpes_harness.search.fitness import TIEBREAK_EPS, max_sample_score
+
+    lm, records = answering
+    per_mode = {}
+    for mode in ("greedy", "logprob", "tiebreak"):
+        config = FitnessConfig(mode=mode, num_samples=4, chunk_size=2, metadata={"data_path": records}, racing=False)
+        scorer = LMEvalFitness(lm, config).scorer
+        per_mode[mode] = [v for percent in sorted(scorer.docs) for v in scorer.scores(percent, range(4))]
+    greedy, logprob, tiebreak = per_mode["greedy"], per_mode["logprob"], per_mode["tiebreak"]
+    assert 0 < sum(greedy) < len(greedy), greedy  # right and wrong samples, or the check says little
+    for g, lp, t in zip(greedy, logprob, tiebreak):
+        assert t == pytest.approx(g + TIEBREAK_EPS * math.exp(lp), abs=1e-12)
+        assert g < t <= g + TIEBREAK_EPS <= max_sample_score("tiebreak")
+
+
+def test_tiebreak_refuses_sample_counts_where_confidence_could_outweigh_a_sample():
+    FitnessConfig(mode="tiebreak", num_samples=200, metadata={"num_pairs": 3})  # the paper's size: fine
+    with pytest.raises(ValueError, match="fitness tiebreak: one sample is worth only"):
+        FitnessConfig(mode="tiebreak", num_samples=200, weights={"begin": 1.0, "middle": 1e-3, "end": 1.0},
+                      metadata={"num_pairs": 3})

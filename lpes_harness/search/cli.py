@@ -112,15 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
                      help="wrap prompts in the model's chat template: auto follows the task (multi_needle: on)")
     fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
-                     help="greedy: one pass, gold answer = greedy argmax (paper profile); generate: lm-eval "
-                          "generate_until + task metric (the paper's path); logprob: mean gold-token log-prob (cpu profile)")
+                     help="greedy (default): one pass, correct iff the gold answer is the greedy argmax; generate: "
+                          "lm-eval generate_until + task metric (the paper's path); logprob: mean gold-token log-prob; "
+                          "tiebreak: greedy accuracy, ties broken by the gold answer's probability")
     fit.add_argument("--weights", default="0.2,0.3,0.5", help="λ for begin,middle,end (default 0.2,0.3,0.5)")
     fit.add_argument("--positions", default=None,
                      help="gold percents for begin,middle,end; join several with '+', e.g. 0,25+50+75,100 "
                           "(default: the task's roles; kv_retrieval 0,40,100; mdqa 0,50,100; multi_needle 0,25+50+75,100)")
     fit.add_argument("--num-samples", type=int, default=200, help="search samples per gold position (paper 200, cpu 12)")
     fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
-    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 10)")
+    fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 6)")
     fit.add_argument("--no-racing", action="store_true", help="score every sample of every individual")
     fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
                      help="one-pass modes: answer-logits (default; output layer only at the answer tokens) "

@@ -14,6 +14,12 @@ Three ways to score a sample (``mode``):
 - ``generate``: the paper's path: lm-eval ``generate_until`` and the task's own metric.
 - ``logprob``: the mean log-probability of the gold answer's tokens (a continuous,
   less noisy signal; fitness is then in nats, ≤ 0).
+- ``tiebreak``: greedy accuracy, with ties broken by confidence: a sample scores
+  ``is_greedy + TIEBREAK_EPS * p``, ``p`` the geometric-mean probability of its gold tokens.
+  ``TIEBREAK_EPS`` is so small that one sample more or less right always outweighs any
+  confidence difference (``FitnessConfig`` checks it for the weights and sample counts given),
+  so the order by accuracy is kept; among individuals with the same accuracy, the surer one wins. On tens of samples
+  greedy fitness ties often, and a tie is otherwise decided by evaluation order.
 
 The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logits``
 (default, ``scoring.py``: the output layer runs only at the answer positions) and
@@ -37,13 +43,17 @@ from typing import Callable, Mapping, Sequence
 
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
-MODES = ("greedy", "generate", "logprob")
+MODES = ("greedy", "generate", "logprob", "tiebreak")
 SCORERS = ("answer-logits", "lm-eval")
+# The weight of confidence in ``tiebreak``: far below the smallest accuracy step of any search
+# we size (λ_r / samples of role r; the gpu profile's pooled middle: 0.3 / 300 = 1e-3), so
+# accuracy always decides first. FitnessConfig refuses settings where it would not.
+TIEBREAK_EPS = 1e-5
 
 
 def max_sample_score(mode: str) -> float:
-    """The most one sample can add: accuracy 1, or log-probability 0."""
-    return 0.0 if mode == "logprob" else 1.0
+    """The most one sample can add: accuracy 1, log-probability 0, or 1 + the tie-break at certainty."""
+    return {"logprob": 0.0, "tiebreak": 1.0 + TIEBREAK_EPS}.get(mode, 1.0)
 
 
 # ----------------------------------------------------------------------------- racing core
@@ -150,6 +160,13 @@ class FitnessConfig:
                 raise ValueError(f"positions: {role}={list(percents)} is not among {self.task}'s positions {known}")
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
+        if self.mode == "tiebreak":
+            # Confidence may move fitness by at most TIEBREAK_EPS * sum(λ); one sample of role r
+            # moves it by λ_r / n_r. The first must stay below the second for every weighted role.
+            step = min(w / (self.num_samples * len(self.positions[r])) for r, w in self.weights.items() if w > 0)
+            if TIEBREAK_EPS * sum(self.weights.values()) >= step:
+                raise ValueError(f"fitness tiebreak: one sample is worth only {step:.2g} of fitness here, no more than "
+                                 f"the tie-break ({TIEBREAK_EPS:g} x the weights); use fewer samples or greedy")
         if self.batch_size != "auto":
             from lpes_harness.search.scoring import resolve_batch_size
 
@@ -240,16 +257,16 @@ class PositionScorer:
                 pairs.append((context, delimiter + answer))
                 owner.append(i)
         results = self._one_pass(pairs)
-        if self.mode == "greedy":
-            scores = [0.0] * len(docs)
-            for i, result in zip(owner, results):
-                scores[i] = max(scores[i], 1.0 if result.is_greedy else 0.0)
-            return scores
-        # logprob: mean log-probability per gold token, best over the gold answers
-        scores = [-math.inf] * len(docs)
+        correct = [0.0] * len(docs)  # greedy: any gold answer is what greedy decoding writes
+        logprob = [-math.inf] * len(docs)  # mean log-probability per gold token, best over the gold answers
         for i, result in zip(owner, results):
-            scores[i] = max(scores[i], result.logprob / result.num_tokens)
-        return scores
+            correct[i] = max(correct[i], 1.0 if result.is_greedy else 0.0)
+            logprob[i] = max(logprob[i], result.logprob / result.num_tokens)
+        if self.mode == "greedy":
+            return correct
+        if self.mode == "tiebreak":  # accuracy first, then the (geometric-mean) gold-token probability
+            return [c + TIEBREAK_EPS * math.exp(lp) for c, lp in zip(correct, logprob)]
+        return logprob
 
     def _one_pass(self, pairs):
         from lpes_harness.search.scoring import AnswerScore, score_answers
