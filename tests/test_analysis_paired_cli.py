@@ -128,9 +128,13 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
         loaded.append(baseline.spec)
         return load_baseline_lm(baseline, checkpoint, "float32")
 
+    reported = []
     scored = score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, num_samples=2, metadata={"num_pairs": 3},
-                           mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load)
+                           mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load,
+                           progress=lambda name, percent: reported.append((name, percent)))
     assert loaded == ["hf:device=cpu"] and list(scored["scores"]) == ["vanilla", "hf again"]
+    positions = [0, 20, 40, 60, 80, 100]  # the progress bar moves after each block, baselines included
+    assert reported == [("vanilla", p) for p in positions] + [("hf again", p) for p in positions]
     assert scored["methods"]["hf again"] == "hf:device=cpu"
     vanilla, again = scored["scores"]["vanilla"], scored["scores"]["hf again"]
     values = [v for p in vanilla for v in vanilla[p]]

@@ -97,10 +97,8 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     finally:
         lm.set_scales(previous)
     for name, baseline in (baselines or {}).items():
-        scores[name] = _score_baseline(scorer, baseline, percents, cache, load_baseline)
-        if progress is not None:
-            for percent in percents:
-                progress(name, percent)
+        report = (lambda percent, name=name: progress(name, percent)) if progress is not None else None
+        scores[name] = _score_baseline(scorer, baseline, percents, cache, load_baseline, report)
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
@@ -110,9 +108,11 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     }  # fmt: skip
 
 
-def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline) -> dict[int, list[float]]:
+def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline, report=None) -> dict[int, list[float]]:
     known = {p: (cache.get(baseline.spec, p, scorer.docs[p]) if cache is not None else []) for p in percents}
     if all(len(known[p]) == len(scorer.docs[p]) for p in percents):
+        for percent in percents if report is not None else ():
+            report(percent)
         return known  # nothing to score: no model load (25 s for the bundled one)
     own_lm, own_scorer = scorer.lm, scorer.scorer
     scorer.lm, scorer.scorer = load_baseline(baseline), "lm-eval"
@@ -123,6 +123,8 @@ def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline) 
                 known[percent] = known[percent] + scorer.scores(percent, list(range(len(known[percent]), len(docs))))
                 if cache is not None:
                     cache.put(baseline.spec, percent, docs, known[percent])
+            if report is not None:
+                report(percent)
     finally:
         scorer.lm, scorer.scorer = own_lm, own_scorer
     return known
