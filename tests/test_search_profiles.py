@@ -69,3 +69,9 @@ def test_the_shipped_configs_are_valid_multi_needle_searches_over_the_wide_range
     assert args.task == "multi_needle" and (args.y_min, args.y_max) == (0.25, 2.5)
     assert (args.population, args.num_samples, args.generations) == (
         saved["population"], saved["num_samples"], saved["generations"])
+
+
+def test_a_tiebreak_that_could_outweigh_a_sample_is_one_line_before_anything_loads(capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--device", "cpu", "--fitness", "tiebreak", "--num-samples", "100000"])
+    assert stop.value.code == 2 and "fitness tiebreak: one sample is worth only" in capsys.readouterr().err

@@ -213,7 +213,7 @@ def _read_config(parser, path) -> dict:
 
 
 def _check(args) -> None:
-    from lpes_harness.search.fitness import task_roles
+    from lpes_harness.search.fitness import check_tiebreak, task_roles
     from lpes_harness.search.validate import check_search_args
     from lpes_harness.tasks.data import TaskDataError
 
@@ -224,6 +224,8 @@ def _check(args) -> None:
         raise ValueError(f"--task: {err}") from None
     args.weights_dict = _role_values(args.weights, "weights", float)
     args.positions_dict = _role_values(args.positions, "positions", _percent_list) if args.positions else None
+    if args.mode == "tiebreak":  # here, so that a bad setting is one line before anything loads
+        check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task))
     args.sweep_values = parse_sweep(args.sweep)
     if args.heldout_samples < 0:
         raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")

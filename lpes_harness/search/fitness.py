@@ -6,7 +6,7 @@ on the ``search`` split of a position task (``multi_needle``, ``kv_retrieval``, 
 or a user's own; each declares which gold positions are begin, middle and end), evaluated in-process on one loaded
 ``lpes_hf`` whose scales are changed in place (the model is never reloaded).
 
-Three ways to score a sample (``mode``):
+Four ways to score a sample (``mode``):
 
 - ``greedy`` (default, one pass): one forward over prompt + gold answer; the sample is
   correct iff every gold token is the argmax (lm-eval's ``is_greedy``), i.e. greedy
@@ -161,16 +161,23 @@ class FitnessConfig:
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
         if self.mode == "tiebreak":
-            # Confidence may move fitness by at most TIEBREAK_EPS * sum(λ); one sample of role r
-            # moves it by λ_r / n_r. The first must stay below the second for every weighted role.
-            step = min(w / (self.num_samples * len(self.positions[r])) for r, w in self.weights.items() if w > 0)
-            if TIEBREAK_EPS * sum(self.weights.values()) >= step:
-                raise ValueError(f"fitness tiebreak: one sample is worth only {step:.2g} of fitness here, no more than "
-                                 f"the tie-break ({TIEBREAK_EPS:g} x the weights); use fewer samples or greedy")
+            check_tiebreak(self.weights, self.num_samples, self.positions)
         if self.batch_size != "auto":
             from lpes_harness.search.scoring import resolve_batch_size
 
             self.batch_size = resolve_batch_size(None, self.batch_size)  # lm is only read for "auto"
+
+
+def check_tiebreak(weights: Mapping[str, float], num_samples: int, positions: Mapping[str, Sequence[int]]) -> None:
+    """Refuse ``tiebreak`` settings where confidence could outweigh one sample more or less right.
+
+    Confidence may move fitness by at most TIEBREAK_EPS * sum(λ); one sample of role r moves it
+    by λ_r / n_r. The first must stay below the second for every weighted role.
+    """
+    step = min(w / (num_samples * len(positions[r])) for r, w in weights.items() if w > 0)
+    if TIEBREAK_EPS * sum(weights.values()) >= step:
+        raise ValueError(f"fitness tiebreak: one sample is worth only {step:.2g} of fitness here, no more than "
+                         f"the tie-break ({TIEBREAK_EPS:g} x the weights); use fewer samples or greedy")
 
 
 def _percents(value) -> tuple[int, ...]:
