@@ -131,10 +131,10 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
     reported = []
     scored = score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, num_samples=2, metadata={"num_pairs": 3},
                            mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load,
-                           progress=lambda name, percent: reported.append((name, percent)))
+                           progress=lambda name, percent, count: reported.append((name, percent, count)))
     assert loaded == ["hf:device=cpu"] and list(scored["scores"]) == ["vanilla", "hf again"]
-    positions = [0, 20, 40, 60, 80, 100]  # the progress bar moves after each block, baselines included
-    assert reported == [("vanilla", p) for p in positions] + [("hf again", p) for p in positions]
+    positions = [0, 20, 40, 60, 80, 100]  # the bar counts samples: none cached, then both, baselines included
+    assert reported == [(name, p, count) for name in ("vanilla", "hf again") for p in positions for count in (0, 2)]
     assert scored["methods"]["hf again"] == "hf:device=cpu"
     vanilla, again = scored["scores"]["vanilla"], scored["scores"]["hf again"]
     values = [v for p in vanilla for v in vanilla[p]]
@@ -177,3 +177,40 @@ def test_a_bad_baseline_is_named_before_anything_loads(tmp_path, baseline, messa
     done = paired("--scales", str(scales), "--baseline", baseline, "--output", str(tmp_path / "out"))
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypatch):
+    """Scores reach the cache every CHUNK samples, not once per position: a run killed in the
+    middle of a position resumes from its last chunk, and scores nothing twice."""
+    from lpes_harness.analysis import paired as module
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.search.fitness import PositionScorer
+
+    monkeypatch.setattr(module, "CHUNK", 2)
+    asked = []
+    real_scores = PositionScorer.scores
+
+    def scores(self, percent, indices):
+        if len(asked) == 2:
+            raise KeyboardInterrupt  # the third chunk: the user stops the run
+        asked.append((percent, list(indices)))
+        return real_scores(self, percent, indices)
+
+    monkeypatch.setattr(PositionScorer, "scores", scores)
+    lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
+    cache = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
+    run = dict(num_samples=5, metadata={"num_pairs": 3}, mode="logprob", cache=cache)
+    with pytest.raises(KeyboardInterrupt):
+        module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **run)
+    assert asked == [(0, [0, 1]), (0, [2, 3])]
+    kept = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"}).get([1.0] * 4, 0)
+    assert len(kept) == 4
+
+    asked.clear()
+    monkeypatch.setattr(PositionScorer, "scores", lambda self, percent, indices: asked.append((percent, list(indices)))
+                        or real_scores(self, percent, indices))
+    again = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
+    scored = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **{**run, "cache": again})
+    assert asked[0] == (0, [4])  # only the fifth sample at 0 %, then the other positions from the start
+    assert asked[1:3] == [(20, [0, 1]), (20, [2, 3])]
+    assert scored["scores"]["vanilla"][0][:4] == kept and len(scored["scores"]["vanilla"][0]) == 5

@@ -12,6 +12,8 @@ the average. A difference is marked significant only when p < ``alpha``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -56,15 +58,19 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     return methods
 
 
+CHUNK = 10  # samples scored between two cache writes: a killed run loses at most this many forwards
+
+
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
                   metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None,
                   baselines: Mapping[str, Baseline] | None = None, load_baseline=None) -> dict:
     """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}.
 
-    ``cache`` (a :class:`ScoreCache`) keeps every (scales, position) block as soon as it is
-    scored: a killed run resumes where it stopped, and a later run on the same samples reuses
-    what it shares (vanilla, above all) instead of scoring it again. A run with more samples
-    scores only the new ones: held-out samples are numbered, so 200 begin with the earlier 100.
+    ``cache`` (a :class:`ScoreCache`) keeps the scores every :data:`CHUNK` samples: a killed run
+    resumes where it stopped, and a later run on the same samples reuses what it shares
+    (vanilla, above all) instead of scoring it again. A run with more samples scores only the
+    new ones: held-out samples are numbered, so 200 begin with the earlier 100.
+    ``progress(name, percent, count)`` is told of every ``count`` samples done, cached ones included.
 
     ``baselines`` (rows after the scaled methods) are other lm-eval models, loaded one at a
     time by ``load_baseline(baseline)`` only when a block is missing. They are scored on the
@@ -78,27 +84,19 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     percents = list(resolve_task(task).positions)
     scorer = PositionScorer(lm, task, percents, metadata=metadata, split=split, num_samples=num_samples,
                             mode=mode, chat_template=chat_template)
+    report = progress or (lambda name, percent, count: None)
     previous = list(lm.scales)
     scores: dict[str, dict[int, list[float]]] = {}
     try:
         for name, scales in methods.items():
             lm.set_scales(list(scales))
-            scores[name] = {}
-            for percent in percents:
-                docs = scorer.docs[percent]
-                known = cache.get(scales, percent, docs) if cache is not None else []
-                if len(known) < len(docs):  # score only what no earlier run scored
-                    known = known + scorer.scores(percent, list(range(len(known), len(docs))))
-                    if cache is not None:
-                        cache.put(scales, percent, docs, known)
-                scores[name][percent] = known
-                if progress is not None:
-                    progress(name, percent)
+            scores[name] = {p: _fill(scorer, scales, p, cache, functools.partial(report, name, p)) for p in percents}
     finally:
         lm.set_scales(previous)
     for name, baseline in (baselines or {}).items():
-        report = (lambda percent, name=name: progress(name, percent)) if progress is not None else None
-        scores[name] = _score_baseline(scorer, baseline, percents, cache, load_baseline, report)
+        with _scored_by(scorer, baseline, percents, cache, load_baseline):
+            scores[name] = {p: _fill(scorer, baseline.spec, p, cache, functools.partial(report, name, p))
+                            for p in percents}
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
@@ -108,26 +106,35 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     }  # fmt: skip
 
 
-def _score_baseline(scorer, baseline: Baseline, percents, cache, load_baseline, report=None) -> dict[int, list[float]]:
-    known = {p: (cache.get(baseline.spec, p, scorer.docs[p]) if cache is not None else []) for p in percents}
-    if all(len(known[p]) == len(scorer.docs[p]) for p in percents):
-        for percent in percents if report is not None else ():
-            report(percent)
-        return known  # nothing to score: no model load (25 s for the bundled one)
+def _fill(scorer, method, percent: int, cache, report) -> list[float]:
+    """Every sample's score at ``percent`` for ``method`` (scales or a baseline's spec): what the
+    cache lacks is scored :data:`CHUNK` samples at a time, each chunk saved before the next."""
+    docs = scorer.docs[percent]
+    known = cache.get(method, percent, docs) if cache is not None else []
+    report(len(known))
+    while len(known) < len(docs):
+        new = scorer.scores(percent, list(range(len(known), min(len(known) + CHUNK, len(docs)))))
+        known = known + new
+        if cache is not None:
+            cache.put(method, percent, docs, known)
+        report(len(new))
+    return known
+
+
+@contextlib.contextmanager
+def _scored_by(scorer, baseline: Baseline, percents, cache, load_baseline):
+    """The shared scorer with ``baseline``'s model in place of the scaled one, through lm-eval's
+    ``loglikelihood``; not loaded at all (25 s for the bundled model) when the cache has every block."""
+    if cache is not None and all(len(cache.get(baseline.spec, p, scorer.docs[p])) >= len(scorer.docs[p])
+                                 for p in percents):
+        yield
+        return
     own_lm, own_scorer = scorer.lm, scorer.scorer
     scorer.lm, scorer.scorer = load_baseline(baseline), "lm-eval"
     try:
-        for percent in percents:
-            docs = scorer.docs[percent]
-            if len(known[percent]) < len(docs):
-                known[percent] = known[percent] + scorer.scores(percent, list(range(len(known[percent]), len(docs))))
-                if cache is not None:
-                    cache.put(baseline.spec, percent, docs, known[percent])
-            if report is not None:
-                report(percent)
+        yield
     finally:
         scorer.lm, scorer.scorer = own_lm, own_scorer
-    return known
 
 
 def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = ALPHA) -> dict:
@@ -269,7 +276,7 @@ def main(argv=None) -> None:
         prog="python -m lpes_harness.analysis.paired",
         description="Vanilla, PI and searched scales (any uniform scales, and baseline models) on the same held-out samples of a "
                     "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla. "
-                    "Every scored block is kept in OUTPUT/scores.cache.json as it is done: run the same command "
+                    f"Scores are kept in OUTPUT/scores.cache.json every {CHUNK} samples: run the same command "
                     "again to resume, with more --scales to add methods without scoring vanilla again, or with a "
                     "larger --num-samples to score only the samples that are new.",
     )
@@ -335,10 +342,16 @@ def main(argv=None) -> None:
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
-    bar = tqdm(total=(len(methods) + len(baselines)) * len(percents), desc="method x position", unit="block")
+    bar = tqdm(total=(len(methods) + len(baselines)) * len(percents) * args.num_samples, desc="scoring",
+               unit="sample", smoothing=0.05)  # cached samples count at once; the rate then settles
+
+    def progress(name, percent, count):
+        bar.set_postfix_str(f"{name} @ {percent} %", refresh=False)
+        bar.update(count)
+
     try:
         scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                               chat_template=chat, cache=cache, progress=lambda name, percent: bar.update(),
+                               chat_template=chat, cache=cache, progress=progress,
                                baselines=baselines, load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype))
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
         bar.close()
