@@ -68,7 +68,7 @@ def scored_fitness(fitness, individual) -> tuple[float, dict]:
 
     config = fitness.config
     value, _ = raced_fitness(score_chunk, fitness.sizes, config.weights, chunk_size=config.chunk_size,
-                             max_score=max_sample_score(config.mode))
+                             max_score=max_sample_score(config.mode), objective=config.objective)
     return value, seen
 
 

@@ -29,6 +29,7 @@ CHANGES = {
     "racing": False,
     "chunk_size": 5,
     "chat_template": True,
+    "objective": "ranked",
 }
 
 

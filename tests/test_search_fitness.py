@@ -6,7 +6,7 @@ import math
 import pytest
 
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.search.fitness import DEFAULT_WEIGHTS, FitnessConfig, raced_fitness
+from lpes_harness.search.fitness import DEFAULT_WEIGHTS, FitnessConfig, check_tiebreak, combine, raced_fitness
 
 SIZES = {"begin": 20, "middle": 20, "end": 20}
 
@@ -20,8 +20,9 @@ def sample_correct(scales, role, index) -> float:
 
 
 class CountingFitness:
-    def __init__(self, racing: bool):
+    def __init__(self, racing: bool, objective: str = "weighted"):
         self.racing = racing
+        self.objective = objective
         self.samples_scored = 0
 
     def __call__(self, individual, threshold=-math.inf):
@@ -32,7 +33,8 @@ class CountingFitness:
             return [sample_correct(scales, role, i) for i in indices]
 
         return raced_fitness(
-            score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=threshold if self.racing else -math.inf
+            score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=threshold if self.racing else -math.inf,
+            objective=self.objective,
         )
 
 
@@ -51,8 +53,8 @@ class ParentsRecorder:
         self.parents.append([(tuple(map(tuple, p)), p.fitness.values[0]) for p in selected])
 
 
-def run_search(racing: bool, seed: int):
-    fitness = CountingFitness(racing)
+def run_search(racing: bool, seed: int, objective: str = "weighted"):
+    fitness = CountingFitness(racing, objective)
     recorder = ParentsRecorder()
     spec = GenomeSpec(num_layers=12, y_min=1.0, y_max=2.0)
     config = SearchConfig(population_size=12, num_parents=4, num_mutants=6, num_crossovers=2, generations=6, seed=seed)
@@ -60,10 +62,10 @@ def run_search(racing: bool, seed: int):
     return result, recorder.parents, fitness.samples_scored
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_racing_selects_exactly_the_same_parents_with_less_work(seed):
-    full_result, full_parents, full_work = run_search(racing=False, seed=seed)
-    raced_result, raced_parents, raced_work = run_search(racing=True, seed=seed)
+@pytest.mark.parametrize("seed, objective", [(0, "weighted"), (1, "weighted"), (2, "weighted"), (0, "ranked"), (1, "ranked")])
+def test_racing_selects_exactly_the_same_parents_with_less_work(seed, objective):
+    full_result, full_parents, full_work = run_search(racing=False, seed=seed, objective=objective)
+    raced_result, raced_parents, raced_work = run_search(racing=True, seed=seed, objective=objective)
     assert raced_parents == full_parents
     assert raced_result["best"]["genome"] == full_result["best"]["genome"]
     assert raced_result["best"]["fitness"] == full_result["best"]["fitness"]
@@ -99,6 +101,7 @@ def test_logprob_mode_bounds_with_zero_as_the_best_sample():
     "kwargs, message",
     [
         ({"mode": "sample"}, "fitness mode 'sample' is not one of"),
+        ({"objective": "worst"}, "fitness objective 'worst' is not one of"),
         ({"weights": {"begin": 1.0, "end": 1.0}}, "weights need exactly the roles"),
         ({"weights": {"begin": -1.0, "middle": 1.0, "end": 1.0}}, "weights must be finite, >= 0"),
         ({"task": "no_such_task"}, "unknown position task 'no_such_task'"),
@@ -129,3 +132,33 @@ def test_any_registered_position_task_brings_its_own_roles():
     assert FitnessConfig(task="needle").positions == {"begin": (0,), "middle": (50,), "end": (100,)}
     assert FitnessConfig(task="kv_retrieval").positions == {"begin": (0,), "middle": (40,), "end": (100,)}
     assert FitnessConfig(task="multi_needle").positions == {"begin": (0,), "middle": (25, 50, 75), "end": (100,)}
+
+
+def test_the_ranked_objective_gives_the_largest_weight_to_the_worst_off_role():
+    means = {"begin": 1.0, "middle": 0.4, "end": 0.9}
+    assert combine(means, DEFAULT_WEIGHTS) == pytest.approx(0.2 * 1.0 + 0.3 * 0.4 + 0.5 * 0.9)
+    assert combine(means, DEFAULT_WEIGHTS, "ranked") == pytest.approx(0.5 * 0.4 + 0.3 * 0.9 + 0.2 * 1.0)
+    # The smallest weighted sum over every way of handing out the weights (rearrangement inequality).
+    import itertools
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        means = {role: rng.random() for role in SIZES}
+        every = [sum(w * means[r] for w, r in zip(order, SIZES)) for order in itertools.permutations(DEFAULT_WEIGHTS.values())]
+        assert combine(means, DEFAULT_WEIGHTS, "ranked") == pytest.approx(min(every))
+
+
+def test_a_ranked_search_cannot_trade_one_position_away_for_another():
+    lopsided = {"begin": 1.0, "middle": 0.30, "end": 1.0}  # what the ramp of issue #12 did: ends kept, middle lost
+    even = {"begin": 0.75, "middle": 0.60, "end": 0.75}
+    assert combine(lopsided, DEFAULT_WEIGHTS) > combine(even, DEFAULT_WEIGHTS)
+    assert combine(lopsided, DEFAULT_WEIGHTS, "ranked") < combine(even, DEFAULT_WEIGHTS, "ranked")
+
+
+def test_the_tiebreak_check_knows_a_ranked_role_may_take_any_weight():
+    weights = {"begin": 0.01, "middle": 1.0, "end": 1.0}
+    positions = {"begin": (0,), "middle": (25, 50, 75), "end": (100,)}
+    check_tiebreak(weights, 200, positions)  # weighted: a begin sample is worth 5e-5, above the 2e-5 tie-break
+    with pytest.raises(ValueError, match="one sample is worth only"):
+        check_tiebreak(weights, 200, positions, "ranked")  # ranked: 0.01 may fall on a middle sample, 1.7e-5

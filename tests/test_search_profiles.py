@@ -75,3 +75,11 @@ def test_a_tiebreak_that_could_outweigh_a_sample_is_one_line_before_anything_loa
     with pytest.raises(SystemExit) as stop:
         parse_args(["--device", "cpu", "--fitness", "tiebreak", "--num-samples", "100000"])
     assert stop.value.code == 2 and "fitness tiebreak: one sample is worth only" in capsys.readouterr().err
+
+
+def test_the_objective_is_a_flag_and_an_unknown_one_is_refused(capsys):
+    assert parse_args(["--device", "cpu"]).objective == "weighted"  # the paper's
+    assert parse_args(["--device", "cpu", "--objective", "ranked"]).objective == "ranked"
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--device", "cpu", "--objective", "worst"])
+    assert stop.value.code == 2 and "invalid choice: 'worst'" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from lpes_harness.models import DTYPES
-from lpes_harness.search.fitness import MODES, ROLES, SCORERS
+from lpes_harness.search.fitness import MODES, OBJECTIVES, ROLES, SCORERS
 from lpes_harness.search.sweep import parse_sweep
 
 DESCRIPTION = """\
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "lm-eval generate_until + task metric (the paper's path); logprob: mean gold-token log-prob; "
                           "tiebreak: greedy accuracy, ties broken by the gold answer's probability")
     fit.add_argument("--weights", default="0.2,0.3,0.5", help="λ for begin,middle,end (default 0.2,0.3,0.5)")
+    fit.add_argument("--objective", default="weighted", choices=OBJECTIVES,
+                     help="weighted (default, the paper's): λ_B·begin + λ_M·middle + λ_E·end; ranked: the same λ by "
+                          "rank, the largest to the worst-off role, so no position is traded away for another")
     fit.add_argument("--positions", default=None,
                      help="gold percents for begin,middle,end; join several with '+', e.g. 0,25+50+75,100 "
                           "(default: the task's roles; kv_retrieval 0,40,100; mdqa 0,50,100; multi_needle 0,25+50+75,100)")
@@ -225,7 +228,7 @@ def _check(args) -> None:
     args.weights_dict = _role_values(args.weights, "weights", float)
     args.positions_dict = _role_values(args.positions, "positions", _percent_list) if args.positions else None
     if args.mode == "tiebreak":  # here, so that a bad setting is one line before anything loads
-        check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task))
+        check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
     if args.heldout_samples < 0:
         raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")

@@ -9,8 +9,8 @@ Sections of the fingerprint (a JSON object):
 
 ``fitness``
     ``task``, ``metadata``, ``mode``, ``scorer``, ``weights``, ``positions``,
-    ``num_samples``, ``racing``, ``chunk_size``, ``chat_template``: what
-    ``FitnessConfig`` holds.
+    ``num_samples``, ``racing``, ``chunk_size``, ``chat_template``, and ``objective``
+    unless it is the default ``weighted``: what ``FitnessConfig`` holds.
 ``model``
     ``pretrained`` (as given), ``path`` and ``gguf_file`` (as resolved), ``revision``
     (asked for, and the hub commit when known), ``files`` (size and modification time of the
@@ -57,6 +57,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
         settings = vars(settings)
     values = _canonical_settings(settings)
     fitness = {key: _plain(values.get(key)) for key in FITNESS_KEYS}
+    if values.get("objective", "weighted") != "weighted":  # absent means weighted: older checkpoints still resume
+        fitness["objective"] = values["objective"]
     search = {key: _plain(values[key]) for key in SEARCH_KEYS if key in values}
     result = {
         "format": FORMAT,

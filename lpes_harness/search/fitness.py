@@ -26,6 +26,14 @@ The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logit
 ``lm-eval`` (lm-eval's own ``loglikelihood``, full logits at every position). They score
 the same tokens; ``tests/test_search_scoring.py`` checks they agree.
 
+**Objective** (``objective``): how the role scores combine. ``weighted`` (default) is the
+formula above. ``ranked`` hands the same weights out by rank instead of by role: the largest
+λ to the worst-off role, the smallest to the best (0.5 / 0.3 / 0.2 by default). By the
+rearrangement inequality that is the smallest λ-weighted sum over every way of assigning the
+weights, so a curve cannot buy a higher score at one position with a collapse at another (the
+hand-made ramp of issue #12 did exactly that). Both are non-decreasing in every role's score,
+which is all racing needs.
+
 **Racing.** Samples are scored in chunks, the most heavily weighted position first. After each
 chunk the best fitness still reachable (every unscored sample at its maximum score) is
 known exactly; once it falls below the selection threshold the loop passes in (the
@@ -44,6 +52,7 @@ from typing import Callable, Mapping, Sequence
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
 MODES = ("greedy", "generate", "logprob", "tiebreak")
+OBJECTIVES = ("weighted", "ranked")
 SCORERS = ("answer-logits", "lm-eval")
 # The weight of confidence in ``tiebreak``: far below the smallest accuracy step of any search
 # we size (λ_r / samples of role r; the gpu profile's pooled middle: 0.3 / 300 = 1e-3), so
@@ -54,6 +63,16 @@ TIEBREAK_EPS = 1e-5
 def max_sample_score(mode: str) -> float:
     """The most one sample can add: accuracy 1, log-probability 0, or 1 + the tie-break at certainty."""
     return {"logprob": 0.0, "tiebreak": 1.0 + TIEBREAK_EPS}.get(mode, 1.0)
+
+
+def combine(means: Mapping[str, float], weights: Mapping[str, float], objective: str = "weighted") -> float:
+    """The fitness of per-role mean scores: Σ λ_r·mean_r (``weighted``), or the weights sorted
+    from largest to smallest given to the means sorted from worst to best (``ranked``)."""
+    if objective == "ranked":
+        return sum(w * m for w, m in zip(sorted(weights.values(), reverse=True), sorted(means.values())))
+    if objective != "weighted":
+        raise ValueError(f"fitness objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    return sum(weights[role] * mean for role, mean in means.items())
 
 
 # ----------------------------------------------------------------------------- racing core
@@ -69,8 +88,9 @@ def raced_fitness(
     chunk_size: int,
     threshold: float = -math.inf,
     max_score: float = 1.0,
+    objective: str = "weighted",
 ) -> tuple[float, dict]:
-    """λ-weighted mean score over the roles, stopping early once ``threshold`` is out of reach.
+    """The roles' mean scores combined by ``objective``, stopping early once ``threshold`` is out of reach.
 
     ``score_chunk(role, indices)`` returns the scores of those samples of that role.
     Returns ``(fitness, info)``; when raced, ``fitness`` is the upper bound at the stop.
@@ -78,10 +98,9 @@ def raced_fitness(
     totals = {role: 0.0 for role in sizes}
     done = {role: 0 for role in sizes}
 
-    def bound() -> float:
-        return sum(
-            weights[role] * (totals[role] + (sizes[role] - done[role]) * max_score) / sizes[role] for role in sizes
-        )
+    def bound() -> float:  # every unscored sample at its best: exact once all are scored
+        means = {role: (totals[role] + (sizes[role] - done[role]) * max_score) / sizes[role] for role in sizes}
+        return combine(means, weights, objective)
 
     # Heaviest role first: a sample of role r that falls short of the best score lowers the
     # bound by weight_r / size_r, so scoring the heaviest role first stops a hopeless
@@ -124,6 +143,7 @@ def task_roles(task_name: str) -> dict[str, tuple[int, ...]]:
 class FitnessConfig:
     task: str = "kv_retrieval"  # any registered position task, or "module:ATTRIBUTE"
     mode: str = "greedy"
+    objective: str = "weighted"  # see OBJECTIVES and the module docstring
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     positions: dict | None = None  # role -> gold percent(s); None: the task's declared roles
     metadata: dict = field(default_factory=dict)  # task options (--metadata keys)
@@ -139,6 +159,8 @@ class FitnessConfig:
 
         if self.mode not in MODES:
             raise ValueError(f"fitness mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"fitness objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer {self.scorer!r} is not one of {', '.join(SCORERS)}")
         if set(self.weights) != set(ROLES):
@@ -161,20 +183,25 @@ class FitnessConfig:
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
         if self.mode == "tiebreak":
-            check_tiebreak(self.weights, self.num_samples, self.positions)
+            check_tiebreak(self.weights, self.num_samples, self.positions, self.objective)
         if self.batch_size != "auto":
             from lpes_harness.search.scoring import resolve_batch_size
 
             self.batch_size = resolve_batch_size(None, self.batch_size)  # lm is only read for "auto"
 
 
-def check_tiebreak(weights: Mapping[str, float], num_samples: int, positions: Mapping[str, Sequence[int]]) -> None:
+def check_tiebreak(weights: Mapping[str, float], num_samples: int, positions: Mapping[str, Sequence[int]],
+                   objective: str = "weighted") -> None:
     """Refuse ``tiebreak`` settings where confidence could outweigh one sample more or less right.
 
     Confidence may move fitness by at most TIEBREAK_EPS * sum(λ); one sample of role r moves it
-    by λ_r / n_r. The first must stay below the second for every weighted role.
+    by λ_r / n_r (``ranked``: by any λ, whichever rank the role takes). The first must stay
+    below the second for every weighted role.
     """
-    step = min(w / (num_samples * len(positions[r])) for r, w in weights.items() if w > 0)
+    if objective == "ranked":
+        step = min(w for w in weights.values() if w > 0) / (num_samples * max(len(p) for p in positions.values()))
+    else:
+        step = min(w / (num_samples * len(positions[r])) for r, w in weights.items() if w > 0)
     if TIEBREAK_EPS * sum(weights.values()) >= step:
         raise ValueError(f"fitness tiebreak: one sample is worth only {step:.2g} of fitness here, no more than "
                          f"the tie-break ({TIEBREAK_EPS:g} x the weights); use fewer samples or greedy")
@@ -337,6 +364,7 @@ class LMEvalFitness:
             chunk_size=self.config.chunk_size,
             threshold=threshold if self.config.racing else -math.inf,
             max_score=max_sample_score(self.config.mode),
+            objective=self.config.objective,
         )
         self.evaluations += 1
         info["mode"] = self.config.mode

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict:
         crossover_tries=args.crossover_tries, seed=args.seed, mutation=args.mutation,
     )
     fitness_config = FitnessConfig(
-        task=args.task, mode=args.mode, weights=args.weights_dict, positions=args.positions_dict,
+        task=args.task, mode=args.mode, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
         scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
         batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
