@@ -171,3 +171,20 @@ def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_sampl
     assert table["rows"]["LPES"]["average"]["n"] == 3 * 6  # 3 samples at each of kv_retrieval's 6 positions
     assert "p" in table["rows"]["PI"]["average"] and (output / "heldout.png").is_file()
     assert "vs vanilla" in done.stdout
+    # The held-out scores are cached as the paired command caches them: it reuses them, scoring nothing.
+    cache = json.loads((output / "scores.cache.json").read_text())
+    assert len(cache["blocks"]) == len(table["rows"]) * 6 and all(len(b) == 3 for b in cache["blocks"].values())
+    lpes_at_0 = json.dumps([round(s, 6) for s in json.loads((output / "heldout.json").read_text())["scored"]["methods"]["LPES"]]) + "@0"
+    cache["blocks"][lpes_at_0] = [1.0, 1.0, 1.0]  # planted (the random model scores 0): read back, not re-scored
+    (output / "scores.cache.json").write_text(json.dumps(cache))
+    again = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(output / "scales.json"),
+                 "--pretrained", checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
+                 "--num-samples", "3", "--output", str(output)])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((output / "scores.cache.json").read_text())["blocks"] == cache["blocks"]
+    assert json.loads((output / "heldout.json").read_text())["table"]["rows"]["LPES"]["0"]["accuracy"] == 1.0
+    # --resume of a finished search redoes only the held-out stage, from the same cache.
+    (output / "heldout.json").unlink()
+    resumed = run([sys.executable, GA, *args, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((output / "heldout.json").read_text())["table"]["rows"]["LPES"]["0"]["accuracy"] == 1.0

@@ -59,6 +59,32 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
 
 
 CHUNK = 10  # samples scored between two cache writes: a killed run loses at most this many forwards
+CACHE_FILE = "scores.cache.json"
+
+
+def cache_identity(task: str, metadata, chat_template: str, pretrained: str | None, dtype: str) -> dict:
+    """What held-out scores depend on, as a :class:`ScoreCache` records it. The search's own
+    held-out table and this command build it alike, so either reuses the other's scores."""
+    return {"task": task, "split": "heldout", "metadata": dict(metadata or {}), "chat_template": chat_template,
+            "mode": "greedy", "pretrained": pretrained, "dtype": dtype}
+
+
+@contextlib.contextmanager
+def sample_bar(total: int, disable: bool | None = None):
+    """A tqdm bar over scored samples; yields the ``progress`` callback of :func:`score_methods`."""
+    from tqdm.auto import tqdm
+
+    # Cached samples count at once; the low smoothing lets the rate settle on the scored ones.
+    bar = tqdm(total=total, desc="scoring", unit="sample", smoothing=0.05, disable=disable)
+
+    def progress(name, percent, count):
+        bar.set_postfix_str(f"{name} @ {percent} %", refresh=False)
+        bar.update(count)
+
+    try:
+        yield progress
+    finally:
+        bar.close()
 
 
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
@@ -327,36 +353,25 @@ def main(argv=None) -> None:
     recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
     dtype = args.dtype or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    identity = {"task": args.task, "split": "heldout", "metadata": metadata,
-                "chat_template": args.chat_template, "mode": "greedy", "pretrained": args.pretrained, "dtype": dtype}
+    identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype)
     try:
-        cache = ScoreCache(Path(args.output) / "scores.cache.json", identity)
+        cache = ScoreCache(Path(args.output) / CACHE_FILE, identity)
     except ValueError as err:
         parser.error(str(err))
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    from tqdm import tqdm
-
     from lpes_harness.lm import LPESLM
 
     lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
-    bar = tqdm(total=(len(methods) + len(baselines)) * len(percents) * args.num_samples, desc="scoring",
-               unit="sample", smoothing=0.05)  # cached samples count at once; the rate then settles
-
-    def progress(name, percent, count):
-        bar.set_postfix_str(f"{name} @ {percent} %", refresh=False)
-        bar.update(count)
-
     try:
-        scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                               chat_template=chat, cache=cache, progress=progress,
-                               baselines=baselines, load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype))
+        with sample_bar((len(methods) + len(baselines)) * len(percents) * args.num_samples) as progress:
+            scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
+                                   chat_template=chat, cache=cache, progress=progress, baselines=baselines,
+                                   load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype))
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
-        bar.close()
         parser.exit(2, f"{parser.prog}: error: {err}\n")
-    bar.close()
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
     table = paired_table(scored)
     files = write_comparison(table, scored, args.output)

@@ -199,14 +199,22 @@ def _requested_dtype(args) -> str:
 
 def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
     """The best curve, its PI and vanilla (and the sweep's best uniform scale) on held-out samples, paired."""
+    from lpes_harness.analysis import paired
     from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
+    from lpes_harness.analysis.score_cache import ScoreCache
 
     methods = lpes_methods(scales, [sweep["best"]] if sweep is not None and sweep["best"] != 1.0 else [])
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
           f"(the same samples for each)...", flush=True)
     started = time.perf_counter()
-    scored = score_methods(lm, args.task, methods, num_samples=args.heldout_samples, metadata=args.metadata,
-                           chat_template=fitness.chat_template)
+    # Cached as the paired command caches: a killed held-out stage resumes (--resume), and
+    # `python -m lpes_harness.analysis.paired --output <this run>` reuses these scores.
+    identity = paired.cache_identity(args.task, args.metadata, args.chat_template, args.pretrained, args.dtype_chosen)
+    cache = ScoreCache(output / paired.CACHE_FILE, identity)
+    total = len(methods) * len(paired.task_positions(args.task)) * args.heldout_samples
+    with paired.sample_bar(total, disable=args.no_progress or None) as progress:
+        scored = score_methods(lm, args.task, methods, num_samples=args.heldout_samples, metadata=args.metadata,
+                               chat_template=fitness.chat_template, cache=cache, progress=progress)
     table = paired_table(scored)
     files = write_comparison(table, scored, output)
     print(format_plain(table))
