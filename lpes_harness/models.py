@@ -99,6 +99,14 @@ def choose_dtype(requested: str, device: str) -> str:
     return "float32"
 
 
+def cache_keyword(module) -> str:
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` from transformers 5.24
+    on, ``past_key_values`` before (still accepted there, with a warning, until 5.40)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
 def default_device() -> str:
     import torch
 

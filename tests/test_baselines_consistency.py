@@ -10,6 +10,7 @@ from lpes_harness.baselines._common import BaselineError
 from lpes_harness.baselines.buckets import BucketsLM
 from lpes_harness.baselines.moice import MoICELM
 from lpes_harness.baselines.mspoe import MsPoELM
+from lpes_harness.models import cache_keyword
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
 
@@ -80,7 +81,8 @@ def test_mspoe_decoding_keeps_the_head_order_of_the_prefill():
     with torch.no_grad():
         out = model(ids, use_cache=True)
         ratios = {k: v.clone() for k, v in mspoe.get_state(model).head_ratios.items()}
-        model(random_ids(1, seed=5), past_key_values=out.past_key_values, use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values  # renamed in transformers 5.24
+        model(random_ids(1, seed=5), use_cache=True, **{cache_keyword(model): cache})
     assert all(torch.equal(mspoe.get_state(model).head_ratios[k], v) for k, v in ratios.items())
 
 

@@ -331,6 +331,13 @@ def attend(attn: nn.Module, query, key, value, attention_mask, **kwargs) -> torc
     return output
 
 
+def layer_cache(past_key_values, cache):
+    """The KV cache handed to an attention layer: transformers 5.24 renamed ``past_key_values``
+    to ``cache`` (the old name is deprecated until 5.40), so a replaced forward reads either.
+    Missing it would silently drop the cache: each decoding step would attend to itself alone."""
+    return past_key_values if past_key_values is not None else cache
+
+
 def replace_attention_forward(attn: nn.Module, forward: Callable) -> None:
     """Route ``attn(...)`` to ``forward(attn, ...)``; :func:`restore_attention_forward` undoes it."""
     attn.forward = types.MethodType(forward, attn)

@@ -34,7 +34,7 @@ from torch import nn
 from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
-from lpes_harness.models import hflm_model_args
+from lpes_harness.models import cache_keyword, hflm_model_args
 
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
 DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
@@ -111,8 +111,8 @@ def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_id
         input_ids=repeat(input_ids),
         attention_mask=repeat(attention_mask),
         position_ids=repeat(position_ids),
-        past_key_values=past_key_values,
         use_cache=past_key_values is not None,
+        **{cache_keyword(model): past_key_values},
         logits_to_keep=1 if last_only else 0,
     )
     logits = out.logits.reshape(n_bases, input_ids.shape[0], *out.logits.shape[1:])

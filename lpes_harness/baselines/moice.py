@@ -98,7 +98,9 @@ def routing_weights(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def _moice_forward(state: _MoICEState):
-    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
+                **kwargs):
+        past_key_values = _common.layer_cache(past_key_values, cache)
         batch, q_len = hidden_states.shape[:2]
         query, key, value = _common.projections(self, hidden_states)
         n_experts, n_kv = len(state.bases), key.shape[1]

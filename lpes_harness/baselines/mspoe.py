@@ -121,7 +121,9 @@ def _visible_keys(attention_mask, batch: int, q_len: int, kv_len: int, query_ind
 
 
 def _mspoe_forward(state: _MsPoEState):
-    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
+                **kwargs):
+        past_key_values = _common.layer_cache(past_key_values, cache)
         batch, q_len = hidden_states.shape[:2]
         query, key, value = _common.projections(self, hidden_states)
         n_heads, n_kv = query.shape[1], key.shape[1]

@@ -34,6 +34,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from lpes_harness.models import cache_keyword
+
 # ``batch_size="auto"`` on a CPU: one prompt per forward. On a CPU a ~750-token prompt is
 # compute-bound already at batch 1, so a batch costs about the sum of its rows; measured on
 # the bundled SmolLM2, multi_needle, float32, 1 thread (benchmarks/batched_fitness.py, on a
@@ -145,7 +147,8 @@ def _score_batch(lm, groups: list[tuple[list[int], list[list[int]]]], several: b
     # The contexts but their last token, once per row, keeping the cache ...
     ids, mask, positions = _right_padded([context[:-1] for context, _ in groups], device)
     cache = DynamicCache(config=model.config)
-    decoder(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+    cached = {cache_keyword(decoder): cache}
+    decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **cached)
     # ... then each answer on a copy of its row's cache: [last context token] + answer[:-1].
     owner = [row for row, (_, answers) in enumerate(groups) for _ in answers]
     cache.batch_select_indices(torch.tensor(owner, dtype=torch.long, device=device))
@@ -156,8 +159,8 @@ def _score_batch(lm, groups: list[tuple[list[int], list[list[int]]]], several: b
         input_ids=step_ids,
         attention_mask=torch.cat([mask[owner], step_mask], dim=1),
         position_ids=step_positions + offsets[:, None],
-        past_key_values=cache,
         use_cache=True,
+        **cached,
     ).last_hidden_state
     answers = [answer for _, group_answers in groups for answer in group_answers]
     scores = iter(_read_answers(model, hidden, [(row, 0, answer) for row, answer in enumerate(answers)]))
@@ -214,14 +217,15 @@ def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[Ans
     # [last context token] + answer[:-1], whose logits predict the answer's tokens.
     prefix = torch.tensor([context[:-1]], dtype=torch.long, device=lm.device)
     cache = DynamicCache(config=lm.model.config)
-    lm.model.get_decoder()(prefix, past_key_values=cache, use_cache=True)  # no output layer: nothing to read
+    decoder = lm.model.get_decoder()
+    decoder(prefix, use_cache=True, **{cache_keyword(decoder): cache})  # no output layer: nothing to read
     # All answers in one batch on copies of that cache: on a CPU a forward over a few tokens
     # costs about one read of the weights, so one batched forward beats one per answer.
     # Rows are right-padded: under the causal mask no real token sees the padding after it.
     cache.batch_repeat_interleave(len(answers))
     rows = [[context[-1], *answer[:-1]] + [context[-1]] * (width - len(answer)) for answer in answers]
     steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
-    logits = lm.model(steps, past_key_values=cache, use_cache=True, logits_to_keep=width).logits
+    logits = lm.model(steps, use_cache=True, logits_to_keep=width, **{cache_keyword(lm.model): cache}).logits
     return [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
 
 
