@@ -2,8 +2,8 @@
 
     python benchmarks/dtype_agreement.py --genomes 20 --json dtype.json
 
-On the default task and profile (multi_needle, greedy, the cpu profile's samples per
-position), for random genomes of the cpu profile's range it measures
+On the default task and a CPU profile (multi_needle, greedy, the profile's samples per
+position; ``--profile``, default cpu-bf16), for random genomes of its range it measures
 
 - seconds per sample in each dtype (both models loaded, the genomes interleaved A/B);
 - the Spearman correlation of the two fitnesses over the genomes;
@@ -70,16 +70,21 @@ def random_genomes(spec, count: int, seed: int) -> list:
 def main(argv=None) -> int:
     from lpes_harness.search.run import PROFILES
 
-    cpu = PROFILES["cpu"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="cpu-bf16", choices=["cpu", "cpu-bf16"],
+                        help="whose task, samples per position, range, population and parents to use "
+                             "(default cpu-bf16: the search that runs in bfloat16 on a CPU)")
     parser.add_argument("--genomes", type=int, default=20)
-    parser.add_argument("--num-samples", type=int, default=cpu["num_samples"], help="search samples per position")
+    parser.add_argument("--num-samples", type=int, default=None, help="search samples per position (default: the profile's)")
     parser.add_argument("--heldout-samples", type=int, default=40, help="held-out samples per position for the two best")
-    parser.add_argument("--task", default=cpu["task"])
+    parser.add_argument("--task", default=None, help="default: the profile's")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    cpu = PROFILES[args.profile]
+    args.num_samples = args.num_samples or cpu["num_samples"]
+    args.task = args.task or cpu["task"]
     if args.genomes < cpu["population"]:
         parser.error(f"--genomes must be at least the population ({cpu['population']})")
 

@@ -7,11 +7,57 @@ import pytest
 from lpes_harness.search.run import PROFILES, parse_args
 
 
-def test_auto_on_cpu_takes_the_cpu_profile():
+@pytest.fixture
+def no_native_bf16(monkeypatch):
+    """A CPU that only emulates bfloat16 (the AVX2 machines): auto stays in float32."""
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+
+
+@pytest.fixture
+def native_bf16(monkeypatch):
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+
+
+def test_auto_on_cpu_takes_the_cpu_profile(no_native_bf16):
     args = parse_args(["--device", "cpu"])
     assert args.profile == "cpu"
     for key, value in PROFILES["cpu"].items():
         assert getattr(args, key) == value, key
+
+
+def test_auto_on_a_cpu_with_native_bfloat16_takes_the_larger_cpu_search(native_bf16):
+    args = parse_args(["--device", "cpu"])
+    assert args.profile == "cpu-bf16"
+    for key, value in PROFILES["cpu-bf16"].items():
+        assert getattr(args, key) == value, key
+    assert (args.num_samples, args.population, args.generations, args.heldout_samples) == (20, 12, 4, 200)
+
+
+@pytest.mark.parametrize("flags", [["--dtype", "float32"], ["--model-args", "dtype=float32"]])
+def test_a_float32_search_on_that_cpu_keeps_the_float32_sized_profile(native_bf16, flags):
+    assert parse_args(["--device", "cpu", *flags]).profile == "cpu"
+
+
+def test_a_config_files_dtype_chooses_the_cpu_profile_too(native_bf16, tmp_path):
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"dtype": "float32"}))
+    assert parse_args(["--device", "cpu", "--config", str(config)]).profile == "cpu"
+    assert parse_args(["--device", "cpu", "--config", str(config), "--dtype", "bfloat16"]).profile == "cpu-bf16"
+
+
+def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--device", "cpu", "--dtype", "bfloat16", "--model-args", "dtype=float32"])
+    assert stop.value.code == 2 and "give the dtype once" in capsys.readouterr().err
+
+
+def test_every_cpu_profile_is_a_valid_search():
+    from lpes_harness.search.validate import check_search_args
+
+    for name in ("cpu", "cpu-bf16"):
+        args = parse_args(["--device", "cpu", "--profile", name])
+        check_search_args(args)
+        assert args.population == args.parents + args.mutants + args.crossovers, name
 
 
 def test_the_paper_profile_keeps_the_papers_settings():
@@ -28,7 +74,7 @@ def test_auto_on_a_gpu_takes_the_multi_needle_search_at_the_papers_size():
     assert (args.y_min, args.y_max, args.num_samples) == (0.25, 2.5, 100)
 
 
-def test_the_command_line_and_a_config_file_override_the_profile(tmp_path):
+def test_the_command_line_and_a_config_file_override_the_profile(no_native_bf16, tmp_path):
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"generations": 7, "fitness": "logprob"}))
     # population = parents + the profile's crossovers and mutants (1 + 4)
@@ -48,10 +94,10 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
     config.write_text(json.dumps({"profile": "laptop"}))
     with pytest.raises(SystemExit):
         parse_args(["--config", str(config)])
-    assert "profile 'laptop' is not one of auto, paper, cpu, gpu" in capsys.readouterr().err
+    assert "profile 'laptop' is not one of auto, paper, cpu, cpu-bf16, gpu" in capsys.readouterr().err
 
 
-def test_the_command_lines_device_decides_auto_over_the_config_files(tmp_path):
+def test_the_command_lines_device_decides_auto_over_the_config_files(no_native_bf16, tmp_path):
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"device": "cpu"}))
     assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "gpu"
