@@ -136,7 +136,7 @@ def test_resume_with_other_settings_fails_and_changes_no_file(single_run, checkp
 @pytest.mark.parametrize("flag, value, field", [
     ("--task", "needle", "fitness.task"),
     ("--num-samples", "4", "fitness.num_samples"),
-    ("--dtype", "bfloat16", "model.dtype"),
+    ("--dtype", "float16", "model.dtype"),  # neither float32 nor bfloat16: auto picks one of them, by CPU
 ])  # fmt: skip
 def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, checkpoint, tmp_path, flag, value, field):
     import shutil
@@ -188,3 +188,22 @@ def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_sampl
     resumed = run([sys.executable, GA, *args, "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((output / "heldout.json").read_text())["table"]["rows"]["LPES"]["0"]["accuracy"] == 1.0
+
+
+def test_held_out_scores_of_another_model_stop_the_search_before_it_starts(checkpoint, tmp_path):
+    """Not an hour later at the held-out table: before anything loads or is written."""
+    output = tmp_path / "stale"
+    output.mkdir()
+    stale = {"identity": {"task": "kv_retrieval", "split": "heldout", "dtype": "float16"}, "blocks": {}, "fingerprints": {}}
+    (output / "scores.cache.json").write_text(json.dumps(stale))
+    args = ga_args(checkpoint, output, generations=1)
+    args[args.index("--heldout-samples") + 1] = "2"
+    done = run([sys.executable, GA, *args])
+    assert done.returncode != 0 and "scores.cache.json holds scores of other samples or another model" in done.stderr
+    assert "Traceback" not in done.stderr and sorted(p.name for p in output.iterdir()) == ["scores.cache.json"]
+    # --overwrite starts afresh: the old scores go, and the new run's table is made and cached.
+    done = run([sys.executable, GA, *args, "--overwrite"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((output / "scores.cache.json").read_text())["identity"]["task"] == "kv_retrieval"
+    assert json.loads((output / "scores.cache.json").read_text())["identity"].get("dtype") != "float16"
+    assert (output / "heldout.json").is_file()

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> dict:
         scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
         batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
     )
-    args.dtype_chosen = choose_dtype(_requested_dtype(args), args.device or default_device())
+    args.dtype_chosen = choose_dtype(args.dtype_requested, args.device or default_device())
     current = fingerprint({**vars(args), **vars(fitness_config), "dtype": args.dtype_chosen})
     if args.resume:  # before anything is loaded or written: a resume never mixes two experiments
         saved = load_checkpoint(checkpoint_path).get("fingerprint")
@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> dict:
                 print(f"searches/ga.py: error: --resume {output}: the checkpoint was made with different settings: "
                       f"{line}", file=sys.stderr)
             raise SystemExit(2)
+    if args.heldout_samples:
+        _check_heldout_cache(output, args)
     if args.threads:
         import torch
 
@@ -117,7 +119,13 @@ def run(args: argparse.Namespace) -> dict:
 
     print(f"model dtype {args.dtype_chosen} (--dtype {args.dtype}); chat template "
           f"{'on' if fitness.chat_template else 'off'}; task {args.task}, positions {fitness_config.positions}", flush=True)
-    print_estimate(config, fitness, args.sweep_values)
+    from lpes_harness.analysis.paired import task_positions
+
+    # The held-out table scores every position of the task for vanilla, PI, LPES and, at worst,
+    # the sweep's best uniform scale (left out when it is 1).
+    heldout_methods = 3 + bool(args.sweep_values)
+    print_estimate(config, fitness, args.sweep_values,
+                   heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
     sweep = None
     if args.sweep_values:
         sweep = _load_or_run_sweep(output, args, fitness, n_layers)
@@ -188,20 +196,35 @@ def _write_config(path: Path, resume: bool, record: dict) -> None:
         atomic_write_json(path, {**record, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
 
-def _requested_dtype(args) -> str:
-    from lm_eval.utils import simple_parse_args_string
+def _heldout_cache(output: Path, args):
+    from lpes_harness.analysis import paired
+    from lpes_harness.analysis.score_cache import ScoreCache
 
-    extra = simple_parse_args_string(args.model_args)
-    if "dtype" in extra and args.dtype != "auto":
-        raise SystemExit("searches/ga.py: error: give the dtype once: --dtype or dtype= in --model-args")
-    return str(extra.get("dtype", args.dtype))
+    identity = paired.cache_identity(args.task, args.metadata, args.chat_template, args.pretrained, args.dtype_chosen)
+    return ScoreCache(output / paired.CACHE_FILE, identity)
+
+
+def _check_heldout_cache(output: Path, args) -> None:
+    """Before the search, not after it: held-out scores left in ``output`` by another run.
+
+    ``--overwrite`` starts afresh, so they go. Otherwise they are reused when they were made for
+    the same samples, model and dtype (what ``analysis.paired --output`` shares), and a file made
+    for others stops the command now instead of at the held-out table an hour later."""
+    from lpes_harness.analysis.paired import CACHE_FILE
+
+    if args.overwrite:
+        (output / CACHE_FILE).unlink(missing_ok=True)
+        return
+    try:
+        _heldout_cache(output, args)
+    except ValueError as err:
+        raise SystemExit(f"searches/ga.py: error: {err}") from None
 
 
 def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
     """The best curve, its PI and vanilla (and the sweep's best uniform scale) on held-out samples, paired."""
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
-    from lpes_harness.analysis.score_cache import ScoreCache
 
     methods = lpes_methods(scales, [sweep["best"]] if sweep is not None and sweep["best"] != 1.0 else [])
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
@@ -209,8 +232,7 @@ def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
     started = time.perf_counter()
     # Cached as the paired command caches: a killed held-out stage resumes (--resume), and
     # `python -m lpes_harness.analysis.paired --output <this run>` reuses these scores.
-    identity = paired.cache_identity(args.task, args.metadata, args.chat_template, args.pretrained, args.dtype_chosen)
-    cache = ScoreCache(output / paired.CACHE_FILE, identity)
+    cache = _heldout_cache(output, args)
     total = len(methods) * len(paired.task_positions(args.task)) * args.heldout_samples
     with paired.sample_bar(total, disable=args.no_progress or None) as progress:
         scored = score_methods(lm, args.task, methods, num_samples=args.heldout_samples, metadata=args.metadata,
@@ -256,8 +278,10 @@ def load_lm(args):
     return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, dtype=args.dtype_chosen, **extra)
 
 
-def print_estimate(config: SearchConfig, fitness, sweep_values=()) -> None:
-    """Time one sample per role now, and project the run's worst case (no cache hits, no racing)."""
+def print_estimate(config: SearchConfig, fitness, sweep_values=(), heldout_samples: int = 0) -> None:
+    """Time one sample per role now, and project the run's worst case (no cache hits, no racing).
+
+    ``heldout_samples``: all the samples of the held-out table after the search (0: none)."""
     # The first forward of a process pays one-off setup (kernel selection, allocator growth), and
     # the projection multiplies the timed sample by thousands: it is left out of the timing.
     fitness.score_samples(next(iter(fitness.sizes)), [0])
@@ -268,10 +292,12 @@ def print_estimate(config: SearchConfig, fitness, sweep_values=()) -> None:
     samples = sum(fitness.sizes.values())
     individuals = config.planned_individuals() + len(sweep_values)
     worst = individuals * samples * per_sample
+    heldout = (f"; then the held-out table, {heldout_samples} samples = {_duration(heldout_samples * per_sample)}"
+               if heldout_samples else "")
     print(
         f"cost estimate: at most {individuals} individuals x {samples} samples "
         f"({len(fitness.sizes)} roles) x {per_sample:.2f} s/sample = {_duration(worst)} worst case; "
-        f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached')",
+        f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached'){heldout}",
         flush=True,
     )
 
