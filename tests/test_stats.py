@@ -56,3 +56,23 @@ def test_paired_table_marks_only_significant_differences():
     assert "**" in format_table(table).split("\n")[3]  # the 'better' row
     assert "**" not in format_table(table).split("\n")[4]
     assert "p=" in format_plain(table) and not math.isnan(better["average"]["p"])
+
+
+def test_each_curve_is_paired_with_its_own_pi_over_all_positions():
+    """'LPES above PI' is part of the bar: the table tests it on the same samples, pooled."""
+    n = 10
+    scored = {"scores": {
+        "vanilla": {0: [0] * n, 50: [0] * n},
+        "PI a": {0: [1] * 2 + [0] * 8, 50: [0] * n},
+        "LPES a": {0: [1] * n, 50: [1] * 5 + [0] * 5},      # vs PI a: 13 gained, 0 lost
+        "LPES b": {0: [1] * n, 50: [1] * n},                # no PI row: no test
+        "PI": {0: [1] * n, 50: [1] * n},
+        "LPES": {0: [0] * n, 50: [1] * n},                  # vs PI: 0 gained, 10 lost
+    }}  # fmt: skip
+    versus = paired_table(scored)["versus_pi"]
+    assert set(versus) == {"LPES a", "LPES"}
+    assert (versus["LPES a"]["gained"], versus["LPES a"]["lost"]) == (13, 0)
+    assert versus["LPES a"]["difference"] == pytest.approx(13 / 20)
+    assert versus["LPES a"]["p"] == pytest.approx(2 / 2**13)
+    assert (versus["LPES"]["gained"], versus["LPES"]["lost"], versus["LPES"]["difference"]) == (0, 10, -0.5)
+    assert "LPES a vs PI a (its mean, uniform), all positions: +65.0 pts, +13/−0" in format_table(paired_table(scored))

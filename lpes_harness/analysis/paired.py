@@ -190,7 +190,24 @@ def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = AL
         row["worst"] = {"position": worst, "accuracy": row[str(worst)]["accuracy"]}
         rows[name] = row
     return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
+            "versus_pi": _versus_own_pi(scores, percents),
             **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template") if k in scored}}
+
+
+def _versus_own_pi(scores: Mapping[str, Mapping[int, list]], percents) -> dict:
+    """Each curve against its own PI over all positions pooled: the gain of the per-layer shape
+    over the same mean applied uniformly. Rows pair by name: ``LPES`` / ``PI``, ``LPES x`` / ``PI x``."""
+    pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
+    pairs = {name: "PI" + name[len("LPES"):] for name in pooled if name == "LPES" or name.startswith("LPES ")}
+    return {name: {k: test[k] for k in ("difference", "gained", "lost", "p")}
+            for name, pi in pairs.items() if pi in pooled
+            for test in [compare_paired(pooled[name], pooled[pi])]}
+
+
+def _versus_pi_lines(table: Mapping) -> list[str]:
+    return [f"{name} vs {'PI' + name[len('LPES'):]} (its mean, uniform), all positions: "
+            f"{test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+            for name, test in (table.get("versus_pi") or {}).items()]
 
 
 def format_table(table: Mapping) -> str:
@@ -218,6 +235,7 @@ def format_table(table: Mapping) -> str:
         f"the same samples for every method. [..]: 95 % Wilson interval. Second line: difference from "
         f"{table['baseline']}, samples gained/lost, exact McNemar p; bold: p < {table['alpha']}."
     )
+    lines.extend(f"\n{line}" for line in _versus_pi_lines(table))
     return "\n".join(lines)
 
 
@@ -242,6 +260,7 @@ def format_plain(table: Mapping) -> str:
             lines.append(f"{'  vs ' + table['baseline']:<{width}} " + " ".join(tests))
     lines.append(f"[..] 95 % Wilson interval; vs {table['baseline']}: difference in points and exact McNemar p "
                  f"on the same samples (* p < {table['alpha']})")
+    lines.extend(_versus_pi_lines(table))
     return "\n".join(lines)
 
 
