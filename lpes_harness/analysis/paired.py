@@ -199,13 +199,13 @@ def _versus_own_pi(scores: Mapping[str, Mapping[int, list]], percents) -> dict:
     over the same mean applied uniformly. Rows pair by name: ``LPES`` / ``PI``, ``LPES x`` / ``PI x``."""
     pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
     pairs = {name: "PI" + name[len("LPES"):] for name in pooled if name == "LPES" or name.startswith("LPES ")}
-    return {name: {k: test[k] for k in ("difference", "gained", "lost", "p")}
+    return {name: {"pi": pi, **{k: test[k] for k in ("difference", "gained", "lost", "p")}}
             for name, pi in pairs.items() if pi in pooled
             for test in [compare_paired(pooled[name], pooled[pi])]}
 
 
 def _versus_pi_lines(table: Mapping) -> list[str]:
-    return [f"{name} vs {'PI' + name[len('LPES'):]} (its mean, uniform), all positions: "
+    return [f"{name} vs {test['pi']} (its mean, uniform), all positions: "
             f"{test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
             for name, test in (table.get("versus_pi") or {}).items()]
 
