@@ -95,6 +95,51 @@ def test_a_second_run_reuses_scored_blocks_and_adds_methods(checkpoint, tmp_path
     assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 3 * 6
 
 
+def test_merge_takes_longer_blocks_of_the_same_samples_and_refuses_others(tmp_path):
+    docs = [{"prompt": f"sample {i}"} for i in range(3)]
+    theirs = ScoreCache(tmp_path / "theirs" / "scores.cache.json", {"task": "t"})
+    theirs.put([1.0, 1.0], 50, docs, [1.0, 0.0, 1.0])
+    theirs.put([0.5, 0.5], 50, docs[:1], [0.0])
+    mine = ScoreCache(tmp_path / "mine" / "scores.cache.json", {"task": "t", "num_samples": 3})
+    mine.put([0.5, 0.5], 50, docs[:2], [1.0, 1.0])  # longer than theirs: kept
+    assert mine.merge(tmp_path / "theirs") == 1  # a directory names its scores.cache.json
+    again = ScoreCache(tmp_path / "mine" / "scores.cache.json", {"task": "t"})  # the merge was saved
+    assert again.get([1.0, 1.0], 50, docs) == [1.0, 0.0, 1.0] and again.get([0.5, 0.5], 50, docs) == [1.0, 1.0]
+
+    other = ScoreCache(tmp_path / "other.json", {"task": "t"})
+    other.put([2.0, 2.0], 50, [docs[0], {"prompt": "changed"}], [1.0, 1.0])
+    before = (tmp_path / "mine" / "scores.cache.json").read_bytes()
+    with pytest.raises(ValueError, match="sample 1 at 50 % is not the sample"):
+        again.merge(tmp_path / "other.json")
+    ScoreCache(tmp_path / "another.json", {"task": "another"}).put([1.0, 1.0], 0, None, [0.0])
+    with pytest.raises(ValueError, match="other samples or another model"):
+        again.merge(tmp_path / "another.json")
+    assert (tmp_path / "mine" / "scores.cache.json").read_bytes() == before
+    assert again.get([2.0, 2.0], 50) == []
+
+
+def test_reuse_scores_takes_another_runs_blocks_instead_of_scoring(checkpoint, tmp_path):
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    done = paired("--scales", str(scales), "--no-pi", *common(checkpoint, tmp_path / "first"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    cache = json.loads((tmp_path / "first" / "scores.cache.json").read_text())
+    cache["blocks"][ScoreCache.key([1.0] * 4, 0)] = [1.0, 1.0]  # planted: the random model scores 0 here
+    (tmp_path / "first" / "scores.cache.json").write_text(json.dumps(cache))
+
+    done = paired("--scales", str(scales), "--no-pi", "--reuse-scores", str(tmp_path / "first"),
+                  *common(checkpoint, tmp_path / "second"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "reused 12 scored blocks" in done.stdout
+    saved = json.loads((tmp_path / "second" / "heldout.json").read_text())
+    assert saved["scored"]["scores"]["vanilla"]["0"] == [1.0, 1.0]
+
+    refused = paired("--scales", str(scales), "--reuse-scores", str(tmp_path / "first"),
+                     "--dtype", "float16", *common(checkpoint, tmp_path / "third"))
+    assert refused.returncode == 2 and "other samples or another model" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "third").exists()
+
+
 def test_other_samples_in_the_output_are_refused_before_the_model_loads(checkpoint, tmp_path):
     scales = tmp_path / "s.json"
     scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))

@@ -346,6 +346,10 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default=None, help="default: the dtype recorded in the first scales file, else float32")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
+    parser.add_argument("--reuse-scores", action="append", default=[], metavar="PATH",
+                        help="another run's scores.cache.json (or its directory) for the same samples, model and "
+                             "dtype, e.g. a search's --output: its scored methods are taken in, not scored again. "
+                             "Refused, with nothing changed, if its samples differ (repeatable)")
     args = parser.parse_args(argv)
 
     from lpes_harness.scales_file import read_scales_file
@@ -375,7 +379,9 @@ def main(argv=None) -> None:
     identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype)
     try:
         cache = ScoreCache(Path(args.output) / CACHE_FILE, identity)
-    except ValueError as err:
+        for path in args.reuse_scores:
+            print(f"reused {cache.merge(path)} scored blocks from {path}")
+    except (ValueError, OSError) as err:
         parser.error(str(err))
     if args.threads:
         import torch

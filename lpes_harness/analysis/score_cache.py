@@ -57,6 +57,43 @@ class ScoreCache:
             raise ValueError(f"{self.path}: sample {first} at {percent} % is not the sample these scores were made "
                              f"for (other samples: a changed data file or task code?); remove it or choose another --output")
 
+    def merge(self, other: str | Path) -> int:
+        """Take in the blocks of another cache file made for the same samples; returns how many.
+
+        Another run (a search's held-out table, an earlier comparison in another directory) may
+        already have scored some methods on these samples. Its file must have the same identity
+        and, position by position, fingerprints that agree with this cache's where both have
+        them; a longer block replaces a shorter one. Checked in full before anything changes,
+        so a refused file leaves this cache as it was.
+        """
+        from lpes_harness.files import atomic_write_json
+
+        other = Path(other)
+        other = other / self.path.name if other.is_dir() else other
+        saved = json.loads(other.read_text(encoding="utf-8"))
+        identity = dict(saved.get("identity") or {})
+        identity.pop("num_samples", None)
+        if identity != self.identity:
+            raise ValueError(f"{other} holds scores of other samples or another model ({identity} != {self.identity})")
+        fingerprints = dict(self.fingerprints)
+        for percent, theirs in (saved.get("fingerprints") or {}).items():
+            mine = fingerprints.get(percent, [])
+            common = min(len(mine), len(theirs))
+            if mine[:common] != theirs[:common]:
+                first = next(i for i in range(common) if mine[i] != theirs[i])
+                raise ValueError(f"{other}: sample {first} at {percent} % is not the sample of {self.path}")
+            fingerprints[percent] = max(mine, theirs, key=len)
+        taken = {key: list(block) for key, block in (saved.get("blocks") or {}).items()
+                 if len(block) > len(self.blocks.get(key, []))}
+        for key, block in taken.items():
+            percent = key.rpartition("@")[2]
+            if len(block) > len(fingerprints.get(percent, [])):
+                raise ValueError(f"{other}: block {key[:40]}... has more scores than fingerprinted samples")
+        self.fingerprints = fingerprints
+        self.blocks.update(taken)
+        atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
+        return len(taken)
+
     def get(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None = None) -> list[float]:
         """The cached scores of the first samples (``docs``, checked against the fingerprints), maybe none."""
         block = list(self.blocks.get(self.key(scales, percent), []))
