@@ -59,6 +59,7 @@ ZEROSCROLLS_TASKS = (
     "zeroscrolls_quality",
 )
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
+MULTIPLE_CHOICE_PREFIXES = ("mmlu_local_", "ceval_local_")
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 # A difference is bold when its paired test gives p below this.
@@ -130,6 +131,9 @@ class Method:
                 self.counts[task] = count
         if file is not None:
             metrics = {t: m[0] for t in data["results"] if POSITION_SUBTASK.match(t) and (m := main_metric(self, t))}
+            # Multiple-choice subjects too (a group has no samples file, so only subjects are read):
+            # "within a point of vanilla" needs a paired interval over the same questions.
+            metrics.update({t: "acc" for t in data["results"] if t.startswith(MULTIPLE_CHOICE_PREFIXES)})
             self.samples.update(logged_scores(file, metrics))
 
     def get(self, task: str, metric: str) -> float | None:
@@ -282,7 +286,29 @@ def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -
     for method in methods:
         tasks = [suite, *[f"{suite}_{c}" for c in CATEGORIES]]
         rows.append((method.name, [method.get(t, "acc") for t in tasks]))
-    return f"### {title} (acc, %)\n\n" + markdown_table(header, rows) + "\n"
+    return f"### {title} (acc, %)\n\n" + markdown_table(header, rows) + "\n" + multiple_choice_tests(methods, suite)
+
+
+def multiple_choice_tests(methods: Sequence[Method], suite: str) -> str:
+    """Each method against the baseline on the questions both answered, pooled over subjects (``--log_samples``)."""
+    baseline = baseline_method(methods)
+    mine = {m.name: {(t, k): v for t, doc in m.samples.items() if t.startswith(f"{suite}_") for k, v in doc.items()}
+            for m in methods}
+    lines = []
+    for method in methods:
+        common = sorted(mine[method.name].keys() & mine[baseline.name].keys())
+        if method is baseline or not common:
+            continue
+        test = compare_paired([mine[method.name][k] for k in common], [mine[baseline.name][k] for k in common])
+        low, high = (100 * v for v in test["difference_interval"])
+        subjects = len({task for task, _ in common})
+        lines.append(f"- {method.name}: {100 * test['accuracy']:.1f} against {100 * test['baseline_accuracy']:.1f}, "
+                     f"{100 * test['difference']:+.1f} points [{low:+.1f}, {high:+.1f}], +{test['gained']}/−{test['lost']}, "
+                     f"exact McNemar p = {format_p(test['p'])} ({test['n']} questions, {subjects} subjects)")
+    if not lines:
+        return ""
+    return (f"\nPaired with `{baseline.name}` on the same questions (lm-eval's `--log_samples` files), pooled over "
+            f"subjects; [..]: 95 % interval of the difference (Wald, paired):\n\n" + "\n".join(lines) + "\n")
 
 
 def leval_section(methods: Sequence[Method]) -> str | None:

@@ -110,6 +110,31 @@ def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_sample
     assert "on the same samples" in text and "bold: p < 0.05" in text
 
 
+def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
+    from lpes_harness.analysis.stats import format_p, mcnemar_exact, paired_difference_interval
+
+    def run(folder, date, by_subject):
+        folder.mkdir(parents=True)
+        results = {"mmlu_local": {"acc,none": 0.0}}
+        for subject, correct in by_subject.items():
+            task = f"mmlu_local_{subject}"
+            results[task] = {"acc,none": sum(correct) / len(correct)}
+            lines = [json.dumps({"doc_id": i, "acc": float(c)}) for i, c in enumerate(correct)]
+            (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(lines) + "\n")
+        (folder / f"results_{date}.json").write_text(json.dumps({"results": results}))
+
+    # astronomy: 3 gained, 1 lost of 10; anatomy: 0 gained, 4 lost of 10 -> pooled 3 / 5 of 20
+    run(tmp_path / "vanilla", "2026-01-01T00-00-00.1", {"astronomy": [0, 0, 0, 1] + [1] * 6, "anatomy": [1] * 4 + [0] * 6})
+    run(tmp_path / "lpes", "2026-01-01T00-00-00.2", {"astronomy": [1, 1, 1, 0] + [1] * 6, "anatomy": [0] * 10})
+    text = report.write_report([f"vanilla={tmp_path / 'vanilla'}", f"LPES={tmp_path / 'lpes'}"], tmp_path / "out").read_text()
+    low, high = paired_difference_interval(3, 5, 20)
+    line = next(line for line in text.splitlines() if line.startswith("- LPES:"))
+    assert line == (f"- LPES: 45.0 against 55.0, -10.0 points [{100 * low:+.1f}, {100 * high:+.1f}], +3/−5, "
+                    f"exact McNemar p = {format_p(mcnemar_exact(3, 5))} (20 questions, 2 subjects)")
+    assert "Paired with `vanilla` on the same questions" in text
+    assert "- vanilla:" not in text
+
+
 def test_a_broken_samples_file_is_named(tmp_path):
     _logged_run(tmp_path / "run", "2026-01-01T00-00-00.1", {0: [1, 0]})
     (tmp_path / "run" / "samples_multi_needle_pos0_2026-01-01T00-00-00.1.jsonl").write_text('{"doc_id": 0}\n')

@@ -37,6 +37,20 @@ def test_compare_paired_counts_only_discordant_samples():
         compare_paired([1, 0], [1])
 
 
+def test_paired_difference_interval_matches_hand_computation():
+    from lpes_harness.analysis.stats import paired_difference_interval
+
+    # 30 gained, 20 lost of 1000: d = 0.01, var = (0.05 - 0.0001) / 1000, half = 1.96 * 0.0070640
+    low, high = paired_difference_interval(30, 20, 1000)
+    assert (low + high) / 2 == pytest.approx(0.01)
+    assert high - low == pytest.approx(2 * 1.959964 * math.sqrt(0.0499 / 1000), rel=1e-5)
+    assert compare_paired([1, 1, 1, 0, 1, 0], [1, 0, 0, 0, 1, 1])["difference_interval"] == pytest.approx(
+        paired_difference_interval(2, 1, 6))
+    assert paired_difference_interval(0, 0, 50) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_difference_interval(0, 0, 0)
+
+
 def test_paired_table_marks_only_significant_differences():
     n = 40
     scored = {
