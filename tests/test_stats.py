@@ -90,3 +90,26 @@ def test_each_curve_is_paired_with_its_own_pi_over_all_positions():
     assert versus["LPES a"]["p"] == pytest.approx(2 / 2**13)
     assert (versus["LPES"]["gained"], versus["LPES"]["lost"], versus["LPES"]["difference"]) == (0, 10, -0.5)
     assert "LPES a vs PI a (its mean, uniform), all positions: +65.0 pts, +13/−0" in format_table(paired_table(scored))
+
+
+def test_each_curve_is_paired_with_each_baseline_model_over_all_positions():
+    """'Above every baseline' is part of the reference bar: tested on the same samples, pooled."""
+    n = 10
+    scored = {
+        "scores": {
+            "vanilla": {0: [0] * n, 50: [0] * n},
+            "LPES a": {0: [1] * n, 50: [1] * 5 + [0] * 5},
+            "uniform 0.8": {0: [1] * n, 50: [1] * n},  # scales, not a baseline model: not tested against
+            "MoICE": {0: [1] * 3 + [0] * 7, 50: [0] * 4 + [1] * 6},
+        },
+        "methods": {"vanilla": [1.0], "LPES a": [1.2], "uniform 0.8": [0.8], "MoICE": "moice_hf:gates=g.pt"},
+    }
+    versus = paired_table(scored)["versus_baselines"]
+    assert list(versus) == ["LPES a"] and list(versus["LPES a"]) == ["MoICE"]
+    # at 0 %: LPES right on 10, MoICE on 3 -> 7 gained; at 50 %: LPES right on 0-4, MoICE on 4-9 -> 4 gained, 5 lost
+    test = versus["LPES a"]["MoICE"]
+    assert (test["gained"], test["lost"]) == (11, 5) and test["difference"] == pytest.approx(6 / 20)
+    assert test["p"] == pytest.approx(mcnemar_exact(11, 5))
+    assert "LPES a vs MoICE, all positions: +30.0 pts, +11/−5" in format_plain(paired_table(scored))
+    del scored["methods"]  # a table without method specs (older files): no baseline rows known, no lines
+    assert paired_table(scored)["versus_baselines"] == {}

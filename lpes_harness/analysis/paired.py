@@ -191,6 +191,7 @@ def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = AL
         rows[name] = row
     return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
             "versus_pi": _versus_own_pi(scores, percents),
+            "versus_baselines": _versus_baselines(scores, percents, scored.get("methods") or {}),
             **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template") if k in scored}}
 
 
@@ -204,10 +205,24 @@ def _versus_own_pi(scores: Mapping[str, Mapping[int, list]], percents) -> dict:
             for test in [compare_paired(pooled[name], pooled[pi])]}
 
 
+def _versus_baselines(scores: Mapping[str, Mapping[int, list]], percents, methods: Mapping) -> dict:
+    """Each curve against each baseline model (the rows whose method is a ``model:args`` spec), all
+    positions pooled: "above every baseline" is a paired claim on the same samples, like the rest."""
+    pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
+    curves = [name for name in pooled if name == "LPES" or name.startswith("LPES ")]
+    others = [name for name in pooled if isinstance(methods.get(name), str)]
+    return {curve: {other: {k: test[k] for k in ("difference", "gained", "lost", "p")}
+                    for other in others for test in [compare_paired(pooled[curve], pooled[other])]}
+            for curve in curves if others}
+
+
 def _versus_pi_lines(table: Mapping) -> list[str]:
-    return [f"{name} vs {test['pi']} (its mean, uniform), all positions: "
-            f"{test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
-            for name, test in (table.get("versus_pi") or {}).items()]
+    lines = [f"{name} vs {test['pi']} (its mean, uniform), all positions: "
+             f"{test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+             for name, test in (table.get("versus_pi") or {}).items()]
+    return lines + [f"{name} vs {other}, all positions: {test['difference'] * 100:+.1f} pts, "
+                    f"+{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+                    for name, tests in (table.get("versus_baselines") or {}).items() for other, test in tests.items()]
 
 
 def format_table(table: Mapping) -> str:
