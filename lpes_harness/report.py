@@ -59,7 +59,7 @@ ZEROSCROLLS_TASKS = (
     "zeroscrolls_quality",
 )
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
-MULTIPLE_CHOICE_PREFIXES = ("mmlu_local_", "ceval_local_")
+MULTIPLE_CHOICE_PREFIXES = ("mmlu_local_", "mmlu_continuation_local_", "ceval_local_")
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 # A difference is bold when its paired test gives p below this.
@@ -356,7 +356,7 @@ def covered_tasks(methods: Sequence[Method], groups: Mapping[str, Sequence[int]]
     for group, percents in groups.items():
         covered |= {group, *(f"{group}_pos{p}" for p in percents)}
     for method in methods:
-        covered |= {t for t in method.scores if t.startswith(("mmlu_local", "ceval_local"))}
+        covered |= {t for t in method.scores if t.startswith(("mmlu_local", "mmlu_continuation_local", "ceval_local"))}
     return covered
 
 
@@ -426,9 +426,11 @@ def write_report(
                       for m in methods}
             plots.plot_positions(series, group, out / f"position_{group}.png")
 
-    general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU"), multiple_choice_section(methods, "ceval_local", "C-Eval")) if s]
+    general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU, 5-shot"),
+                           multiple_choice_section(methods, "mmlu_continuation_local", "MMLU continuation, 0-shot"),
+                           multiple_choice_section(methods, "ceval_local", "C-Eval, 5-shot")) if s]
     if general:
-        sections += ["## General ability (5-shot)\n", *general]
+        sections += ["## General ability\n", *general]
     long_context = [s for s in (leval_section(methods), zeroscrolls_section(methods)) if s]
     if long_context:
         sections += ["## Long context\n", *long_context]

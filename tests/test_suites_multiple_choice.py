@@ -44,6 +44,22 @@ def test_mmlu_prompt_is_lm_eval_five_shot_format_with_dev_shots_in_order(tmp_pat
     assert task.doc_to_target(doc) == 0 and task.doc_to_choice(doc) == ["A", "B", "C", "D"]
 
 
+def test_mmlu_continuation_scores_the_option_texts_zero_shot(tmp_path):
+    """lm-eval's mmlu_continuation: no options listed, each option's text is the continuation."""
+    write_mmlu(tmp_path)
+    manager = _task_manager(tmp_path, tmp_path, yaml_files.multiple_choice_files(mc.MMLU_CONTINUATION, str(tmp_path)))
+    loaded = manager.load(["mmlu_continuation_local"])
+    assert set(loaded["tasks"]) == {"mmlu_continuation_local_astronomy", "mmlu_continuation_local_world_religions"}
+    task = loaded["tasks"]["mmlu_continuation_local_astronomy"]
+    doc = task.test_docs()[1]
+    assert task.config.num_fewshot == 0
+    context = task.fewshot_context(doc, num_fewshot=0)
+    assert context == "The following are questions (with answers) about astronomy.\n\nQuestion: astronomy question 101?\nAnswer:"
+    assert context.endswith(mc.doc_to_text(mc.MMLU_CONTINUATION, doc))
+    assert task.doc_to_choice(doc) == ["a101", "b101", "c101", "d101"] and task.doc_to_target(doc) == 1
+    assert [m["metric"] for m in task.config.metric_list] == ["acc", "acc_norm"]
+
+
 def test_ceval_uses_val_split_dev_shots_and_chinese_cue(tmp_path):
     write_ceval(tmp_path)
     manager = _task_manager(tmp_path, tmp_path, yaml_files.multiple_choice_files(mc.CEVAL, str(tmp_path)))
@@ -98,3 +114,13 @@ def test_shared_data_parses_fully_and_committed_yaml_matches_mapping(suite, coun
         assert sum(len(mc.subject_docs(suite, s, split, str(SHARED_DATA))) for s in mapping) == expected
     committed = {p.name: p.read_text(encoding="utf-8") for p in (REPO_ROOT / "tasks" / "suites" / suite.name).iterdir()}
     assert committed == yaml_files.multiple_choice_files(suite, str(SHARED_DATA))
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "mmlu" / "mapping.json").is_file(), reason="needs ../shared/data")
+def test_committed_yaml_is_what_the_generator_writes():
+    """The YAML under tasks/suites is generated: a generator change must come with the regenerated files."""
+    written = yaml_files.all_files(str(SHARED_DATA))
+    suites = REPO_ROOT / "tasks" / "suites"
+    on_disk = {str(p.relative_to(suites)) for p in suites.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert set(written) == on_disk
+    assert all((suites / name).read_text(encoding="utf-8") == text for name, text in written.items())

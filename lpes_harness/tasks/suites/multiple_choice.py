@@ -1,9 +1,11 @@
-"""MMLU and C-Eval from their CSV files, in lm-eval's ``mmlu`` / ``ceval-valid`` format.
+"""MMLU and C-Eval from their CSV files, in lm-eval's ``mmlu`` / ``ceval-valid`` format (and MMLU's continuation form).
 
 One lm-eval task per subject (``mmlu_local_<subject>``, ``ceval_local_<subject>``), scored by
 the log-likelihood of the answer letter after ``Answer:`` / ``答案：``, 5-shot from the
 subject's dev split taken in file order (lm-eval's ``first_n`` sampler). Subjects and their
-categories come from the suite's ``mapping.json``.
+categories come from the suite's ``mapping.json``. ``mmlu_continuation_local_<subject>`` is
+lm-eval's ``mmlu_continuation``: 0-shot, ``Question: ...\nAnswer:``, each option's text scored
+(``acc`` and the length-normalised ``acc_norm``).
 
 Files (see the shared data README):
 
@@ -37,6 +39,12 @@ class MultipleChoiceSuite:
     header: bool  # whether the CSV files have a header row
     description: str  # lm-eval's per-subject description; {name} is the subject's display name
     answer_cue: str  # what ends each question, before the letter
+    # "letters": the options are listed and the answer letter is scored (lm-eval's mmlu);
+    # "continuation": no options shown, each option's *text* is scored as the continuation
+    # (lm-eval's mmlu_continuation, the "cloze" form). Small models answer the letter form at
+    # chance (SmolLM2-135M picks A or C whatever the question) and rise above it only here.
+    style: str = "letters"
+    num_fewshot: int = 5
 
 
 MMLU = MultipleChoiceSuite(
@@ -48,6 +56,17 @@ MMLU = MultipleChoiceSuite(
     answer_cue="Answer:",
 )
 
+MMLU_CONTINUATION = MultipleChoiceSuite(
+    name="mmlu_continuation_local",
+    folder="mmlu",
+    eval_split="test",
+    header=False,
+    description="The following are questions (with answers) about {name}.\n\n",
+    answer_cue="Answer:",
+    style="continuation",
+    num_fewshot=0,
+)
+
 CEVAL = MultipleChoiceSuite(
     name="ceval_local",
     folder="ceval",
@@ -57,7 +76,7 @@ CEVAL = MultipleChoiceSuite(
     answer_cue="答案：",
 )
 
-SUITES = {suite.name: suite for suite in (MMLU, CEVAL)}
+SUITES = {suite.name: suite for suite in (MMLU, MMLU_CONTINUATION, CEVAL)}
 
 
 def read_mapping(suite: MultipleChoiceSuite, data_path: str | None = None) -> dict[str, dict[str, str]]:
@@ -139,12 +158,21 @@ def load_dataset(suite: str, subject: str, data_path: str | None = None, **metad
 
 
 def doc_to_text(suite: MultipleChoiceSuite, doc: dict) -> str:
-    """The question as lm-eval's mmlu/ceval templates write it (the YAML holds the same template)."""
+    """The question as lm-eval's mmlu/ceval (or mmlu_continuation) templates write it (the YAML holds the same)."""
+    if suite.style == "continuation":
+        return f"Question: {doc['question'].strip()}\n{suite.answer_cue}"
     options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(LETTERS, doc["choices"]))
     return f"{doc['question'].strip()}{options}\n{suite.answer_cue}"
 
 
 def doc_to_text_jinja(suite: MultipleChoiceSuite) -> str:
     """The same template as :func:`doc_to_text`, in lm-eval's Jinja, for the YAML files."""
+    if suite.style == "continuation":
+        return f"Question: {{{{question.strip()}}}}\n{suite.answer_cue}"
     options = "".join(f"\n{letter}. {{{{choices[{i}]}}}}" for i, letter in enumerate(LETTERS))
     return f"{{{{question.strip()}}}}{options}\n{suite.answer_cue}"
+
+
+def doc_to_choice_yaml(suite: MultipleChoiceSuite) -> list[str] | str:
+    """The letters, or (continuation) the options' own texts."""
+    return "{{choices}}" if suite.style == "continuation" else list(LETTERS)
