@@ -135,6 +135,15 @@ def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
     assert "- vanilla:" not in text
 
 
+def test_a_logged_sample_with_a_unicode_line_separator_in_its_text_is_one_sample(tmp_path):
+    from lpes_harness.analysis.logged_samples import read_scores
+
+    path = tmp_path / "samples.jsonl"
+    rows = [{"doc_id": 0, "acc": 1.0, "doc": "a\u2028b\x85c"}, {"doc_id": 1, "acc": 0.0}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert read_scores(path, "acc") == {0: 1.0, 1: 0.0}
+
+
 def test_a_broken_samples_file_is_named(tmp_path):
     _logged_run(tmp_path / "run", "2026-01-01T00-00-00.1", {0: [1, 0]})
     (tmp_path / "run" / "samples_multi_needle_pos0_2026-01-01T00-00-00.1.jsonl").write_text('{"doc_id": 0}\n')

@@ -27,7 +27,9 @@ def samples_file(results_file: Path, task: str) -> Path | None:
 def read_scores(path: Path, metric: str) -> dict[int, float]:
     """``doc_id`` -> the sample's ``metric`` from one samples file."""
     scores: dict[int, float] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    # Split on "\n" only: str.splitlines() also splits on U+2028 / U+0085, which JSON leaves
+    # unescaped inside strings (MMLU questions have them), cutting a sample in two.
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         try:
