@@ -59,7 +59,8 @@ ZEROSCROLLS_TASKS = (
     "zeroscrolls_quality",
 )
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
-MULTIPLE_CHOICE_PREFIXES = ("mmlu_local_", "mmlu_continuation_local_", "ceval_local_")
+MULTIPLE_CHOICE_SUITES = ("mmlu_local", "mmlu_continuation_local", "ceval_local")
+MULTIPLE_CHOICE_PREFIXES = tuple(f"{suite}_" for suite in MULTIPLE_CHOICE_SUITES)  # their subject tasks
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 # A difference is bold when its paired test gives p below this.
@@ -356,7 +357,7 @@ def covered_tasks(methods: Sequence[Method], groups: Mapping[str, Sequence[int]]
     for group, percents in groups.items():
         covered |= {group, *(f"{group}_pos{p}" for p in percents)}
     for method in methods:
-        covered |= {t for t in method.scores if t.startswith(("mmlu_local", "mmlu_continuation_local", "ceval_local"))}
+        covered |= {t for t in method.scores if t.startswith(MULTIPLE_CHOICE_SUITES)}
     return covered
 
 

@@ -19,6 +19,7 @@ Every doc is ``{"question", "choices": [A, B, C, D], "answer": index, "subject"}
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -56,13 +57,11 @@ MMLU = MultipleChoiceSuite(
     answer_cue="Answer:",
 )
 
-MMLU_CONTINUATION = MultipleChoiceSuite(
+# The same files and split as MMLU, in lm-eval's mmlu_continuation form.
+MMLU_CONTINUATION = dataclasses.replace(
+    MMLU,
     name="mmlu_continuation_local",
-    folder="mmlu",
-    eval_split="test",
-    header=False,
     description="The following are questions (with answers) about {name}.\n\n",
-    answer_cue="Answer:",
     style="continuation",
     num_fewshot=0,
 )
