@@ -259,3 +259,18 @@ def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypat
     assert asked[0] == (0, [4])  # only the fifth sample at 0 %, then the other positions from the start
     assert asked[1:3] == [(20, [0, 1]), (20, [2, 3])]
     assert scored["scores"]["vanilla"][0][:4] == kept and len(scored["scores"]["vanilla"][0]) == 5
+
+
+def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
+    import lpes_harness.models as models
+    from lpes_harness.analysis.paired import run_dtype
+
+    monkeypatch.setattr(models, "default_device", lambda: "cpu")
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
+    assert run_dtype("auto", {}) == "bfloat16"
+    assert run_dtype(None, {"dtype": "auto"}) == "bfloat16"
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
+    assert run_dtype("auto", {}) == "float32"
+    assert run_dtype(None, {"dtype": "float16"}) == "float16" and run_dtype(None, [1.0]) == "float32"
+    with pytest.raises(ValueError, match="not one of"):
+        run_dtype("fp8", {})

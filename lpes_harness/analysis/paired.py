@@ -358,7 +358,9 @@ def main(argv=None) -> None:
                              "Attention Buckets runs one forward per base (7 by default), so it costs 7 times as much")
     parser.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
-    parser.add_argument("--dtype", default=None, help="default: the dtype recorded in the first scales file, else float32")
+    parser.add_argument("--dtype", default=None,
+                        help="float32, bfloat16, float16 or auto (bfloat16 where the CPU runs it natively or on a "
+                             "GPU); default: the dtype recorded in the first scales file, else float32")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
     parser.add_argument("--reuse-scores", action="append", default=[], metavar="PATH",
@@ -389,7 +391,10 @@ def main(argv=None) -> None:
         parser.error("--metadata must be a JSON object, --num-samples >= 1 and --uniform scales > 0")
     first = named[0][1]
     recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
-    dtype = args.dtype or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
+    try:
+        dtype = run_dtype(args.dtype, recorded)
+    except ValueError as err:
+        parser.error(str(err))
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
     identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype)
     try:
@@ -417,6 +422,16 @@ def main(argv=None) -> None:
     files = write_comparison(table, scored, args.output)
     print(format_plain(table))
     print(f"written: {files['md']}, {files['json']}, {files['png']}")
+
+
+def run_dtype(requested: str | None, recorded) -> str:
+    """The dtype this run scores in: ``--dtype``, else the first scales file's, else float32.
+    ``auto`` is resolved here, so that the score cache records what actually ran and matches a
+    search's cache (which records the resolved dtype) on the same machine."""
+    from lpes_harness.models import choose_dtype, default_device
+
+    dtype = requested or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
+    return choose_dtype(dtype, default_device())
 
 
 def task_positions(task: str) -> list[int]:
