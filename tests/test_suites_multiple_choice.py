@@ -11,14 +11,16 @@ from lpes_harness.tasks.suites import multiple_choice as mc
 from lpes_harness.tasks.suites import yaml_files
 
 
-def _task_manager(tmp_path, data_root, files):
+def _loaded_tasks(tmp_path, suite):
+    """The suite's subject tasks as lm-eval loads them from its generated YAML (data under tmp_path)."""
     from lm_eval.tasks import TaskManager
 
     out = tmp_path / "yaml"
-    for name, text in files.items():
+    for name, text in yaml_files.multiple_choice_files(suite, str(tmp_path)).items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text, encoding="utf-8")
-    return TaskManager(include_path=str(out), include_defaults=False, metadata={"data_path": str(data_root)})
+    manager = TaskManager(include_path=str(out), include_defaults=False, metadata={"data_path": str(tmp_path)})
+    return manager.load([suite.name])["tasks"]
 
 
 def test_mmlu_rows_parse_into_question_choices_answer(tmp_path):
@@ -29,10 +31,9 @@ def test_mmlu_rows_parse_into_question_choices_answer(tmp_path):
 
 def test_mmlu_prompt_is_lm_eval_five_shot_format_with_dev_shots_in_order(tmp_path):
     write_mmlu(tmp_path)
-    manager = _task_manager(tmp_path, tmp_path, yaml_files.multiple_choice_files(mc.MMLU, str(tmp_path)))
-    loaded = manager.load(["mmlu_local"])
-    assert set(loaded["tasks"]) == {"mmlu_local_astronomy", "mmlu_local_world_religions"}
-    task = loaded["tasks"]["mmlu_local_world_religions"]
+    tasks = _loaded_tasks(tmp_path, mc.MMLU)
+    assert set(tasks) == {"mmlu_local_astronomy", "mmlu_local_world_religions"}
+    task = tasks["mmlu_local_world_religions"]
     doc = task.test_docs()[0]
     context = task.fewshot_context(doc, num_fewshot=task.config.num_fewshot)
     assert task.config.num_fewshot == 5
@@ -47,10 +48,9 @@ def test_mmlu_prompt_is_lm_eval_five_shot_format_with_dev_shots_in_order(tmp_pat
 def test_mmlu_continuation_scores_the_option_texts_zero_shot(tmp_path):
     """lm-eval's mmlu_continuation: no options listed, each option's text is the continuation."""
     write_mmlu(tmp_path)
-    manager = _task_manager(tmp_path, tmp_path, yaml_files.multiple_choice_files(mc.MMLU_CONTINUATION, str(tmp_path)))
-    loaded = manager.load(["mmlu_continuation_local"])
-    assert set(loaded["tasks"]) == {"mmlu_continuation_local_astronomy", "mmlu_continuation_local_world_religions"}
-    task = loaded["tasks"]["mmlu_continuation_local_astronomy"]
+    tasks = _loaded_tasks(tmp_path, mc.MMLU_CONTINUATION)
+    assert set(tasks) == {"mmlu_continuation_local_astronomy", "mmlu_continuation_local_world_religions"}
+    task = tasks["mmlu_continuation_local_astronomy"]
     doc = task.test_docs()[1]
     assert task.config.num_fewshot == 0
     context = task.fewshot_context(doc, num_fewshot=0)
@@ -62,8 +62,7 @@ def test_mmlu_continuation_scores_the_option_texts_zero_shot(tmp_path):
 
 def test_ceval_uses_val_split_dev_shots_and_chinese_cue(tmp_path):
     write_ceval(tmp_path)
-    manager = _task_manager(tmp_path, tmp_path, yaml_files.multiple_choice_files(mc.CEVAL, str(tmp_path)))
-    task = manager.load(["ceval_local"])["tasks"]["ceval_local_logic"]
+    task = _loaded_tasks(tmp_path, mc.CEVAL)["ceval_local_logic"]
     docs = task.validation_docs()
     assert len(docs) == 2 and docs[1]["answer"] == 3  # row 11 -> "D"
     context = task.fewshot_context(docs[0], num_fewshot=5)
