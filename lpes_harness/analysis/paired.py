@@ -171,58 +171,62 @@ def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = AL
     if baseline not in scores:
         raise ValueError(f"baseline {baseline!r} is not among the methods {names}")
     percents = sorted(scores[baseline])
+    # equal samples per position: the mean of all positions pooled is the average
+    pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
     rows = {}
     for name in names:
         row = {}
         for percent in percents + ["average"]:
-            if percent == "average":  # equal samples per position: the pooled mean is the average
-                mine = [v for p in percents for v in scores[name][p]]
-                base = [v for p in percents for v in scores[baseline][p]]
+            if percent == "average":
+                mine, base = pooled[name], pooled[baseline]
             else:
                 mine, base = scores[name][percent], scores[baseline][percent]
             cell = accuracy_with_interval(mine)
             if name != baseline:
-                test = compare_paired(mine, base)
-                cell.update({k: test[k] for k in ("difference", "gained", "lost", "p")})
-                cell["significant"] = test["p"] < alpha
+                cell.update(_paired(mine, base))
+                cell["significant"] = cell["p"] < alpha
             row[str(percent)] = cell
         worst = min(percents, key=lambda p: row[str(p)]["accuracy"])
         row["worst"] = {"position": worst, "accuracy": row[str(worst)]["accuracy"]}
         rows[name] = row
     return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
-            "versus_pi": _versus_own_pi(scores, percents),
-            "versus_baselines": _versus_baselines(scores, percents, scored.get("methods") or {}),
+            "versus_pi": _versus_own_pi(pooled),
+            "versus_baselines": _versus_baselines(pooled, scored.get("methods") or {}),
             **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template") if k in scored}}
 
 
-def _versus_own_pi(scores: Mapping[str, Mapping[int, list]], percents) -> dict:
+def _paired(method: list, baseline: list) -> dict:
+    """What a table keeps of a paired test: the difference, gained / lost and exact p."""
+    test = compare_paired(method, baseline)
+    return {k: test[k] for k in ("difference", "gained", "lost", "p")}
+
+
+def _is_curve(name: str) -> bool:
+    return name == "LPES" or name.startswith("LPES ")
+
+
+def _versus_own_pi(pooled: Mapping[str, list]) -> dict:
     """Each curve against its own PI over all positions pooled: the gain of the per-layer shape
     over the same mean applied uniformly. Rows pair by name: ``LPES`` / ``PI``, ``LPES x`` / ``PI x``."""
-    pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
-    pairs = {name: "PI" + name[len("LPES"):] for name in pooled if name == "LPES" or name.startswith("LPES ")}
-    return {name: {"pi": pi, **{k: test[k] for k in ("difference", "gained", "lost", "p")}}
-            for name, pi in pairs.items() if pi in pooled
-            for test in [compare_paired(pooled[name], pooled[pi])]}
+    pairs = {name: "PI" + name[len("LPES"):] for name in pooled if _is_curve(name)}
+    return {name: {"pi": pi, **_paired(pooled[name], pooled[pi])} for name, pi in pairs.items() if pi in pooled}
 
 
-def _versus_baselines(scores: Mapping[str, Mapping[int, list]], percents, methods: Mapping) -> dict:
+def _versus_baselines(pooled: Mapping[str, list], methods: Mapping) -> dict:
     """Each curve against each baseline model (the rows whose method is a ``model:args`` spec), all
     positions pooled: "above every baseline" is a paired claim on the same samples, like the rest."""
-    pooled = {name: [v for p in percents for v in by_pos[p]] for name, by_pos in scores.items()}
-    curves = [name for name in pooled if name == "LPES" or name.startswith("LPES ")]
     others = [name for name in pooled if isinstance(methods.get(name), str)]
-    return {curve: {other: {k: test[k] for k in ("difference", "gained", "lost", "p")}
-                    for other in others for test in [compare_paired(pooled[curve], pooled[other])]}
-            for curve in curves if others}
+    return {curve: {other: _paired(pooled[curve], pooled[other]) for other in others}
+            for curve in pooled if _is_curve(curve) and others}
 
 
-def _versus_pi_lines(table: Mapping) -> list[str]:
-    lines = [f"{name} vs {test['pi']} (its mean, uniform), all positions: "
-             f"{test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
-             for name, test in (table.get("versus_pi") or {}).items()]
-    return lines + [f"{name} vs {other}, all positions: {test['difference'] * 100:+.1f} pts, "
-                    f"+{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
-                    for name, tests in (table.get("versus_baselines") or {}).items() for other, test in tests.items()]
+def _pooled_lines(table: Mapping) -> list[str]:
+    """One line per pooled test: each curve against its PI, then against each baseline model."""
+    tests = [(f"{name} vs {test['pi']} (its mean, uniform)", test) for name, test in (table.get("versus_pi") or {}).items()]
+    tests += [(f"{name} vs {other}", test)
+              for name, by_other in (table.get("versus_baselines") or {}).items() for other, test in by_other.items()]
+    return [f"{label}, all positions: {test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, "
+            f"p={format_p(test['p'])}" for label, test in tests]
 
 
 def format_table(table: Mapping) -> str:
@@ -250,7 +254,7 @@ def format_table(table: Mapping) -> str:
         f"the same samples for every method. [..]: 95 % Wilson interval. Second line: difference from "
         f"{table['baseline']}, samples gained/lost, exact McNemar p; bold: p < {table['alpha']}."
     )
-    lines.extend(f"\n{line}" for line in _versus_pi_lines(table))
+    lines.extend(f"\n{line}" for line in _pooled_lines(table))
     return "\n".join(lines)
 
 
@@ -275,7 +279,7 @@ def format_plain(table: Mapping) -> str:
             lines.append(f"{'  vs ' + table['baseline']:<{width}} " + " ".join(tests))
     lines.append(f"[..] 95 % Wilson interval; vs {table['baseline']}: difference in points and exact McNemar p "
                  f"on the same samples (* p < {table['alpha']})")
-    lines.extend(_versus_pi_lines(table))
+    lines.extend(_pooled_lines(table))
     return "\n".join(lines)
 
 
