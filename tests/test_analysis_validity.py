@@ -1,5 +1,6 @@
 """The validity check tells a task that measures retrieval from one a model passes by copying."""
 
+import json
 import re
 
 import pytest
@@ -50,7 +51,8 @@ def test_a_reader_measures_retrieval():
 def test_a_copier_is_caught_by_the_copying_control():
     result = check_task(Copier(), "multi_needle", num_samples=6, metadata={"num_sentences": 20})
     assert result["by_position"]["0"]["accuracy"] == 1.0 and result["by_position"]["50"]["accuracy"] == 0.0
-    assert result["copying"]["rate"] == 1.0  # the first distractor's number at every other position
+    fixed = result["wrong_answers"]["fixed_place"]  # the first needle, a distractor at every other position
+    assert (fixed["side"], fixed["rank"], fixed["share"]) == ("first", 0, 1.0) and "copying" in result["verdict"]
     assert result["verdict"].startswith("does NOT measure retrieval")
 
 
@@ -82,3 +84,39 @@ def test_check_runs_on_a_tiny_model(tmp_path):
     result = check_task(lm, "needle", num_samples=2, metadata={"num_sentences": 4})
     assert result["num_samples"] == 2 and set(result["by_position"]) == {"0", "25", "50", "75", "100"}
     assert len(result["gold_removed_answers"]) == 2
+
+
+def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
+    """`lpes-check --grid`: one row per setting, one result file each, and a rerun reads them back."""
+    from lpes_harness.analysis import validity
+
+    checkpoint = str(save_tiny_checkpoint(tmp_path, "llama"))
+    out = tmp_path / "calibration"
+    argv = ["--task", "needle", "--pretrained", checkpoint, "--num-samples", "2", "--out", str(out),
+            "--grid", '{"num_sentences": [4, 8]}']
+    validity.main(argv)
+    rows = [line for line in (out / "calibration.md").read_text().splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[0] for row in rows] == ["| 4", "| 8"]
+    tokens = [json.loads((out / f"num_sentences-{n}.json").read_text())["prompt_tokens"] for n in (4, 8)]
+    assert tokens[0] < tokens[1]
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a setting with a result in --out was checked again")
+
+    monkeypatch.setattr(validity, "check_task", must_not_run)
+    validity.main(argv)  # resumed: both settings read back
+    with pytest.raises(AssertionError, match="checked again"):
+        validity.main(argv[:-1] + ['{"num_sentences": [4, 12]}'])  # a new setting runs
+
+
+@pytest.mark.parametrize("grid, message", [
+    ("{not json", "--grid is not valid JSON"),
+    ('{"num_sentences": 4}', "must map to a non-empty list"),
+    ('{"num_sentence": [4]}', "did you mean 'num_sentences'"),
+])
+def test_a_bad_grid_stops_before_the_model_loads(grid, message, capsys):
+    from lpes_harness.analysis import validity
+
+    with pytest.raises(SystemExit) as stopped:
+        validity.main(["--task", "needle", "--pretrained", "/nonexistent", "--grid", grid])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err

@@ -4,17 +4,26 @@
     lpes-check --task kv_retrieval --metadata '{"num_pairs": 10}' --chat-template off
 
 For each gold position it generates the model's answers (greedy, the task's own prompt and
-metric, as ``lm_eval`` would) and prints accuracy with a 95 % interval, plus two controls:
+metric, as ``lm_eval`` would) and prints accuracy with a 95 % interval, the same samples with
+the gold item removed, and what kind each wrong answer is: another item's value (with the
+depth where that item sits), other text of the context, made up, or empty
+(``lpes_harness.analysis.wrong_answers``; no extra forward pass).
 
-- **gold removed**: the same samples with the gold item taken out. A task that measures
-  retrieval scores near 0 there; a high score means the answer can be had without reading
-  the context (or guessed).
-- **copying**: on a sample answered wrongly at two gold positions, how often the two wrong
-  answers are identical, and the most frequent answer overall. A model that copies a fixed
-  item (the first KV value, say) gives the same wrong answer wherever the gold item sits.
+The verdict. A task measures retrieval on this model when
+- the model is clearly right where it does best (that position's 95 % interval starts at 0.5
+  or above),
+- it scores near 0 with the gold item removed (at most 0.1),
+- its average is clearly above the gold-removed one (the two 95 % intervals do not overlap),
+- and its answers show that it reads the query. It does not when, at the positions where it
+  does best, at least 10 % of its answers are empty or made up; or when at least half of
+  its wrong answers name the item at one fixed place (the first pair, say) and the gold item
+  sits at that place where it does best, so that this policy, not retrieval, explains its
+  right answers.
+Wrong answers in the middle that name another item are then the shape of the position effect
+(the model picks the wrong item because the gold one sits where it attends badly), which a
+search can fix, not a defect of the task.
 
-Position effects measured on a task that fails these controls are noise: a search on it
-cannot find a real gain.
+``--answers-from FILE`` judges the answers of an earlier ``--json`` file again, with no model.
 """
 
 from __future__ import annotations
@@ -22,81 +31,121 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
-from collections.abc import Mapping
-from itertools import combinations
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.analysis.stats import accuracy_with_interval
+from lpes_harness.analysis.wrong_answers import NOT_IN_CONTEXT, classify, place_name, summarise
 
-COPYING_RATE = 0.5  # identical wrong answers on more than half the pairs: the model copies
+BEST_LOWER_MIN = 0.5  # the best position's 95 % interval starts here or above: clearly right somewhere
 GOLD_REMOVED_MAX = 0.1  # accuracy without the gold item above this: no retrieval needed
-
-
-def _normalise(answer: str) -> str:
-    return " ".join(answer.strip().strip(".").lower().split())
+EASY_MARGIN = 0.1  # positions within this of the best accuracy are where the model does best
+NOT_IN_CONTEXT_MAX = 0.1  # empty or made-up answers at those positions, share of their answers
+FIXED_PLACE_SHARE = 0.5  # wrong answers naming one fixed place: a policy, if it also explains the right ones
 
 
 def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = None, split: str = "heldout",
                chat_template=None) -> dict:
-    """Accuracy by position, the gold-removed control and the copying control; see the module docstring."""
+    """Generate the answers at every gold position and with the gold removed, then :func:`judge` them."""
     from lpes_harness.search.fitness import PositionScorer
     from lpes_harness.tasks.position import build_examples, resolve_options, resolve_task
+
+    from tqdm.auto import tqdm
 
     position_task = resolve_task(task)
     scorer = PositionScorer(lm, task, position_task.positions, metadata=metadata, split=split,
                             num_samples=num_samples, mode="generate", chat_template=chat_template)
-
-    answers, correct = {}, {}
-    for percent in position_task.positions:
-        task_obj, docs = scorer.tasks[percent], scorer.docs[percent]
-        answers[percent] = scorer.generate(task_obj, docs)
-        correct[percent] = [float(next(iter(task_obj.process_results(d, [a]).values()))) for d, a in zip(docs, answers[percent])]
-
     # Gold removed: the same samples, rendered from their other items only.
     options, _ = resolve_options(position_task, {**(metadata or {}), "split": split, "num_samples": num_samples})
     examples = dict(build_examples(position_task, options))
     first = position_task.positions[0]
-    task_obj = scorer.tasks[first]
     removed_docs = [
         {**doc, "prompt": position_task.render(list(examples[doc["sample_index"]].distractors), examples[doc["sample_index"]])}
         for doc in scorer.docs[first]
     ]
-    removed_answers = scorer.generate(task_obj, removed_docs)
-    removed = [float(next(iter(task_obj.process_results(d, [a]).values()))) for d, a in zip(removed_docs, removed_answers)]
+    jobs = [(p, scorer.tasks[p], scorer.docs[p]) for p in position_task.positions] + [("removed", scorer.tasks[first], removed_docs)]
+    generated: dict = {key: [] for key, _, _ in jobs}
+    with tqdm(total=sum(len(docs) for _, _, docs in jobs), desc=f"lpes-check {task}", unit="answer") as bar:
+        for key, task_obj, docs in jobs:
+            for start in range(0, len(docs), 8):  # a few at a time, for the progress bar
+                generated[key] += scorer.generate(task_obj, docs[start:start + 8])
+                bar.update(len(docs[start:start + 8]))
+    removed_answers = generated.pop("removed")
+    result = judge(task, generated, removed_answers, metadata=metadata, split=split, chat_template=scorer.chat_template)
+    if hasattr(lm, "tok_encode"):  # an HF model (lm-eval's LM interface has no tokenizer)
+        middle = min(position_task.positions, key=lambda p: abs(p - 50))
+        tokens = [len(lm.tok_encode(scorer.prompt(scorer.tasks[middle], doc))) for doc in scorer.docs[middle]]
+        result["prompt_tokens"] = round(sum(tokens) / len(tokens))  # mean, at the middle position, as the model sees it
+    return result
 
-    # Copying: identical wrong answers of one sample at two gold positions.
-    same = pairs = 0
-    for i in range(len(scorer.docs[first])):
-        wrong = [_normalise(answers[p][i]) for p in position_task.positions if not correct[p][i]]
-        for a, b in combinations(wrong, 2):
-            pairs += 1
-            same += a == b
-    everything = Counter(_normalise(a) for p in position_task.positions for a in answers[p])
-    top, top_count = everything.most_common(1)[0] if everything else ("", 0)
-    by_position = {str(p): accuracy_with_interval(correct[p]) for p in position_task.positions}
+
+def judge(task: str, answers: Mapping[int, Sequence[str]], removed_answers: Sequence[str], *,
+          metadata: Mapping | None = None, split: str = "heldout", chat_template: bool | None = None) -> dict:
+    """Accuracy by position, the gold-removed control, the kinds of wrong answer and the verdict.
+
+    ``answers[p][i]`` is the answer to sample i with the gold item at p %; the samples are the
+    task's own (rebuilt from ``metadata``, ``split`` and the number of answers), so no model is needed.
+    """
+    from lpes_harness.tasks.position import build_examples, place_gold, resolve_options, resolve_task
+
+    position_task = resolve_task(task)
+    positions = position_task.positions
+    num_samples = len(removed_answers)
+    if any(len(answers[p]) != num_samples for p in positions):
+        raise ValueError(f"{task}: every position needs {num_samples} answers, got {[len(answers[p]) for p in positions]}")
+    options, _ = resolve_options(position_task, {**(metadata or {}), "split": split, "num_samples": num_samples})
+    examples = [example for _, example in build_examples(position_task, options)]
+
+    correct, classified, gold_ranks = {}, {}, {}
+    for p in positions:
+        correct[p], classified[p] = [], []
+        for example, answer in zip(examples, answers[p]):
+            items, gold_at = place_gold(example, p)
+            right = position_task.metric(answer, list(example.answers)) == 1
+            correct[p].append(float(right))
+            classified[p].append(classify(answer, right, items, gold_at, position_task.render(items, example), position_task))
+        # Where a fixed-place policy would be right at p: the gold item's rank among the items that hold an answer.
+        items, gold_at = place_gold(examples[0], p)
+        holders = [i for i, item in enumerate(items) if _holds_answer(position_task, item)]
+        gold_ranks[p] = (holders.index(gold_at), len(holders) - 1 - holders.index(gold_at))
+    removed = [float(position_task.metric(a, list(e.answers)) == 1) for e, a in zip(examples, removed_answers)]
+
     result = {
-        "task": task, "split": split, "num_samples": len(scorer.docs[first]), "chat_template": scorer.chat_template,
+        "task": task, "split": split, "num_samples": num_samples, "chat_template": chat_template,
         "metadata": dict(metadata or {}),
-        "by_position": by_position,
-        "average": accuracy_with_interval([v for p in position_task.positions for v in correct[p]]),
+        "by_position": {str(p): accuracy_with_interval(correct[p]) for p in positions},
+        "average": accuracy_with_interval([v for p in positions for v in correct[p]]),
         "gold_removed": accuracy_with_interval(removed),
-        "copying": {"identical_wrong_pairs": same, "wrong_pairs": pairs, "rate": same / pairs if pairs else 0.0,
-                    "most_common_answer": top, "most_common_count": top_count, "answers": sum(everything.values())},
-        "answers": {str(p): answers[p] for p in position_task.positions},
-        "gold_removed_answers": removed_answers,
+        "wrong_answers": summarise(classified, positions, gold_ranks),
+        "answers": {str(p): list(answers[p]) for p in positions},
+        "answer_kinds": {str(p): [c.as_dict() for c in classified[p]] for p in positions},
+        "gold_removed_answers": list(removed_answers),
     }  # fmt: skip
     result["verdict"] = verdict(result)
     return result
 
 
+def _holds_answer(task, item) -> bool:
+    return task.item_answer(item) is not None if task.item_answer is not None else True
+
+
+def easy_positions(result: Mapping) -> list[str]:
+    """The positions where the model does best: within ``EASY_MARGIN`` of the best accuracy."""
+    best = max(cell["accuracy"] for cell in result["by_position"].values())
+    return [p for p, cell in result["by_position"].items() if cell["accuracy"] >= best - EASY_MARGIN]
+
+
 def verdict(result: Mapping) -> str:
-    """One line: does this task measure retrieval on this model?"""
+    """One line: does this task measure retrieval on this model? (The rule is the module docstring's.)"""
     problems = []
+    by_position = result["by_position"]
+    best = max(by_position, key=lambda p: by_position[p]["accuracy"])
+    if by_position[best]["interval"][0] < BEST_LOWER_MIN:
+        cell = by_position[best]
+        problems.append(f"not clearly right anywhere (best {cell['accuracy']:.2f} at {best} %, "
+                        f"[{cell['interval'][0]:.2f}, {cell['interval'][1]:.2f}])")
     if result["gold_removed"]["accuracy"] > GOLD_REMOVED_MAX:
         problems.append(f"{result['gold_removed']['accuracy']:.2f} accuracy with the gold item removed")
-    if result["copying"]["rate"] > COPYING_RATE:
-        problems.append(f"the same wrong answer at different gold positions on {result['copying']['rate']:.0%} of pairs (copying)")
     # Not just "higher": at the floor (1 right of 40, 0 without the gold item) a position curve is
     # noise. The two 95 % intervals must not overlap.
     average, removed = result["average"], result["gold_removed"]
@@ -104,23 +153,60 @@ def verdict(result: Mapping) -> str:
         problems.append(f"not clearly better with the gold item than without it (average {average['accuracy']:.2f} "
                         f"[{average['interval'][0]:.2f}, {average['interval'][1]:.2f}], gold removed "
                         f"{removed['accuracy']:.2f} [{removed['interval'][0]:.2f}, {removed['interval'][1]:.2f}])")
+    problems += copying_problems(result)
     if problems:
         return "does NOT measure retrieval on this model: " + "; ".join(problems)
-    return "measures retrieval: near 0 without the gold item, and wrong answers are not a copied fixed item"
+    wrong = result["wrong_answers"]
+    shape = (f"; of the wrong answers in the middle, {wrong['middle_other_item']} of {wrong['middle_wrong']} "
+             f"({wrong['middle_other_item_share']:.0%}) are another item's value: position bias"
+             if wrong["middle_wrong"] else "")
+    return "measures retrieval: right where it does best, near 0 without the gold item, and it reads the query" + shape
+
+
+def copying_problems(result: Mapping) -> list[str]:
+    """The answers show that the model does not read the query (the module docstring's last rule)."""
+    problems = []
+    easy = easy_positions(result)
+    counts = result["wrong_answers"]["counts"]
+    shown = sum(sum(counts[p].values()) for p in easy)
+    absent = sum(counts[p][kind] for p in easy for kind in NOT_IN_CONTEXT)
+    if shown and absent / shown >= NOT_IN_CONTEXT_MAX:
+        problems.append(f"empty or made-up answers where it does best too ({absent} of {shown} at "
+                        f"{', '.join(p + ' %' for p in easy)}): it does not read the query (copying)")
+    fixed = result["wrong_answers"]["fixed_place"]
+    explained = [p for p in easy if int(p) in fixed["gold_there_at"]] if fixed else []
+    if fixed and fixed["share"] >= FIXED_PLACE_SHARE and explained:
+        problems.append(f"{fixed['count']} of {fixed['wrong']} wrong answers ({fixed['share']:.0%}) are the value of "
+                        f"{place_name(fixed)}, where the gold item sits at {', '.join(p + ' %' for p in explained)}: "
+                        f"a fixed-place policy explains its right answers (copying)")
+    return problems
 
 
 def format_report(result: Mapping) -> str:
+    counts = result["wrong_answers"]["counts"]
     lines = [f"{result['task']} ({result['split']} split, {result['num_samples']} samples per position, "
              f"chat template {'on' if result['chat_template'] else 'off'})",
-             "| gold position | accuracy | 95 % interval |", "|---|---:|---|"]
+             "| gold position | accuracy | 95 % interval | other item | in context | made up | empty |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     for percent, cell in result["by_position"].items():
-        lines.append(f"| {percent} % | {cell['accuracy']:.3f} | [{cell['interval'][0]:.2f}, {cell['interval'][1]:.2f}] |")
+        c = counts[percent]
+        lines.append(f"| {percent} % | {cell['accuracy']:.3f} | [{cell['interval'][0]:.2f}, {cell['interval'][1]:.2f}] "
+                     f"| {c['other_item']} | {c['in_context']} | {c['made_up']} | {c['empty']} |")
     for name, cell in (("average", result["average"]), ("gold removed", result["gold_removed"])):
-        lines.append(f"| {name} | {cell['accuracy']:.3f} | [{cell['interval'][0]:.2f}, {cell['interval'][1]:.2f}] |")
-    copying = result["copying"]
-    lines.append(f"copying: identical wrong answers on {copying['identical_wrong_pairs']} of {copying['wrong_pairs']} "
-                 f"pairs of positions ({copying['rate']:.0%}); most common answer {copying['most_common_answer']!r} "
-                 f"{copying['most_common_count']} of {copying['answers']}")
+        lines.append(f"| {name} | {cell['accuracy']:.3f} | [{cell['interval'][0]:.2f}, {cell['interval'][1]:.2f}] | | | | |")
+    wrong = result["wrong_answers"]
+    middle = ", ".join(f"{p} %" for p in wrong["middle_positions"])
+    lines.append(f"wrong answers at {middle}: {wrong['middle_other_item']} of {wrong['middle_wrong']} "
+                 f"({wrong['middle_other_item_share']:.0%}) are another item's value "
+                 f"({wrong['middle_other_item_neighbours']} of them the gold item's neighbour)")
+    if wrong["middle_other_item_depths"]:
+        depths = sorted(wrong["middle_other_item_depths"].items(), key=lambda kv: -kv[1])[:5]
+        lines.append("  the items they name sit at depth " + ", ".join(f"{d} % ({n})" for d, n in depths))
+    fixed = wrong["fixed_place"]
+    if fixed:
+        there = ", ".join(f"{p} %" for p in fixed["gold_there_at"]) or "no position"
+        lines.append(f"most named place: {place_name(fixed)}, {fixed['count']} of {fixed['wrong']} wrong answers "
+                     f"({fixed['share']:.0%}); the gold item sits there at {there}")
     lines.append(f"verdict: {result['verdict']}")
     return "\n".join(lines)
 
@@ -133,11 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="heldout", choices=["search", "heldout"])
     p.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
                    help="auto follows the task (multi_needle: on)")
-    p.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
+    p.add_argument("--pretrained", default=None,
+                   help="HF id, local dir, .gguf, or a packaged model: smollm2 (the default), gemma3-270m")
     p.add_argument("--model-args", default="", help="extra lpes_hf arguments, 'k=v,k=v' (e.g. scales=1.2)")
     p.add_argument("--dtype", default="float32", help="model dtype (default float32)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the full result (with every answer) here")
+    p.add_argument("--grid", default=None, metavar="JSON",
+                   help="calibrate: run the check at every combination of these task options, e.g. "
+                        "'{\"num_sentences\": [120, 240], \"num_needles\": [8, 16]}'; prints one row per setting "
+                        "(see lpes_harness/analysis/calibration.py)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="with --grid: write each setting's result here as it finishes, and reuse the ones there "
+                        "(a stopped grid resumes); also the table, calibration.md")
+    p.add_argument("--answers-from", default=None, metavar="FILE",
+                   help="judge the answers of an earlier --json file again (its task, metadata and split), "
+                        "with no model: --task must name the same task")
     return p
 
 
@@ -159,6 +256,24 @@ def main(argv=None) -> None:
         resolve_options(resolve_task(args.task), {**metadata, "split": args.split, "num_samples": args.num_samples})
     except TaskDataError as err:
         parser.error(str(err))
+    if args.grid is not None:
+        return run_grid(parser, args, metadata)
+    if args.answers_from:
+        result = rejudge(parser, args.answers_from, args.task)
+    else:
+        result = check_task(load_lm(args), args.task, num_samples=args.num_samples, metadata=metadata,
+                            split=args.split, chat_template=CHAT[args.chat_template])
+    print(format_report(result))
+    if args.json:
+        from lpes_harness.files import atomic_write_json
+
+        atomic_write_json(Path(args.json), result)
+
+
+CHAT = {"auto": None, "on": True, "off": False}
+
+
+def load_lm(args):
     if args.threads:
         import torch
 
@@ -166,13 +281,60 @@ def main(argv=None) -> None:
     from lm_eval.utils import simple_parse_args_string
 
     from lpes_harness.lm import LPESLM
+    from lpes_harness.models import BundledModelMissing
 
-    lm = LPESLM(pretrained=args.pretrained, dtype=args.dtype, **simple_parse_args_string(args.model_args))
-    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    result = check_task(lm, args.task, num_samples=args.num_samples, metadata=metadata, split=args.split, chat_template=chat)
-    print(format_report(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    try:
+        return LPESLM(pretrained=args.pretrained, dtype=args.dtype, **simple_parse_args_string(args.model_args))
+    except BundledModelMissing as err:
+        print(f"lpes-check: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_grid(parser: argparse.ArgumentParser, args, metadata: Mapping) -> None:
+    from lpes_harness.analysis.calibration import calibrate, format_table, grid_settings
+    from lpes_harness.files import atomic_write_text
+    from lpes_harness.tasks.data import TaskDataError
+    from lpes_harness.tasks.position import resolve_options, resolve_task
+
+    if args.answers_from or args.json:
+        parser.error("--grid writes one result per setting to --out; it takes neither --answers-from nor --json")
+    try:
+        grid = json.loads(args.grid)
+        settings = grid_settings(grid)
+        for setting in settings:  # every setting checked before the model loads
+            resolve_options(resolve_task(args.task), {**metadata, **setting, "split": args.split, "num_samples": args.num_samples})
+    except json.JSONDecodeError as err:
+        parser.error(f"--grid is not valid JSON: {err.msg}")
+    except (ValueError, TaskDataError) as err:
+        parser.error(str(err))
+    out = Path(args.out) if args.out else None
+    lm = load_lm(args)
+    identity = {"pretrained": args.pretrained, "dtype": args.dtype, "model_args": args.model_args, "task": args.task,
+                "split": args.split, "num_samples": args.num_samples, "chat_template": args.chat_template}
+
+    def check(setting_metadata: dict) -> dict:
+        result = check_task(lm, args.task, num_samples=args.num_samples, metadata=setting_metadata, split=args.split,
+                            chat_template=CHAT[args.chat_template])
+        print(format_report(result), flush=True)
+        return result
+
+    results = calibrate(check, settings, base_metadata=metadata, out=out, identity=identity)
+    table = format_table(results, settings)
+    print(table)
+    if out:
+        atomic_write_text(out / "calibration.md", table + "\n")
+
+
+def rejudge(parser: argparse.ArgumentParser, path: str, task: str) -> dict:
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        if saved["task"] != task:
+            parser.error(f"--answers-from {path} holds task {saved['task']!r}, not {task!r}")
+        answers = {int(p): a for p, a in saved["answers"].items()}
+        return judge(task, answers, saved["gold_removed_answers"], metadata=saved["metadata"], split=saved["split"],
+                     chat_template=saved["chat_template"])
+    except (OSError, json.JSONDecodeError, KeyError, ValueError) as err:
+        parser.error(f"--answers-from {path}: not an lpes-check --json file ({type(err).__name__}: {err})")
 
 
 if __name__ == "__main__":

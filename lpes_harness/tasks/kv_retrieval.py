@@ -73,6 +73,10 @@ def format_kv_records(pairs) -> str:
     return "\n".join(lines)
 
 
+def pair_value(pair) -> str:
+    return pair[1]
+
+
 def render_prompt(items, example: Example) -> str:
     return PROMPT_TEMPLATE.format(formatted_kv_records=format_kv_records(items), key=example.fields["key"])
 
@@ -137,5 +141,6 @@ KV_RETRIEVAL = register_position_task(
         check_options=check_options,
         # A UUID value is about 25 tokens; the answer line ends well within 48.
         generation_kwargs={"until": ["\n"], "max_gen_toks": 48, "do_sample": False},
+        item_answer=pair_value,
     )
 )

@@ -46,6 +46,10 @@ def format_documents(documents: Sequence[Mapping[str, str]]) -> str:
     )
 
 
+def document_text(document: Mapping[str, str]) -> str:
+    return f"{document['title']} {document['text']}"
+
+
 def render_prompt(items, example: Example) -> str:
     return PROMPT_TEMPLATE.format(search_results=format_documents(items), question=example.fields["question"])
 
@@ -161,5 +165,6 @@ MDQA = register_position_task(
         options=OPTIONS,
         count_records=count_records,
         check_options=check_options,
+        item_text=document_text,
     )
 )

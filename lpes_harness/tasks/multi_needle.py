@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lpes_harness.tasks.metrics import substring_accuracy
-from lpes_harness.tasks.needle import OBJECTS, SUBJECTS, VERBS
+from lpes_harness.tasks.needle import OBJECTS, SUBJECTS, VERBS, needle_number
 from lpes_harness.tasks.position import Example, PositionTask, Sample, TaskDataError, as_int, register_position_task
 
 # Capitals with one-word names, so a key is a single clear word.
@@ -104,5 +104,6 @@ MULTI_NEEDLE = register_position_task(
         # and a search scored only at 50 % could trade the others away.
         roles={"begin": (0,), "middle": (25, 50, 75), "end": (100,)},
         chat_template=True,
+        item_answer=needle_number,
     )
 )

@@ -5,6 +5,7 @@ The context is ``num_sentences`` filler sentences; one of them, the needle, stat
 digits, so only the needle holds the answer. See ``docs/position_tasks.md``.
 """
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,15 @@ def make_example(sample: Sample, options: Mapping[str, Any]) -> Example:
     return Example(gold=needle, distractors=filler, answers=[number], fields={"city": city})
 
 
+_NEEDLE_NUMBER = re.compile(r"^The special magic number for \w+ is (\d+)\.$")
+
+
+def needle_number(item: str) -> str | None:
+    """The number a needle sentence holds; None for filler."""
+    match = _NEEDLE_NUMBER.match(item)
+    return match.group(1) if match else None
+
+
 def render_prompt(items, example: Example) -> str:
     return PROMPT_TEMPLATE.format(haystack=" ".join(items), city=example.fields["city"])
 
@@ -54,5 +64,6 @@ NEEDLE = register_position_task(
         metric_name="acc",
         options={"num_sentences": 40},
         check_options=check_options,
+        item_answer=needle_number,
     )
 )

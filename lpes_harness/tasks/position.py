@@ -102,6 +102,10 @@ class PositionTask:
       position, middle = the one nearest 50 %, end = the last (the paper's λ weights).
     - ``chat_template``: whether the task is meant to be run with the model's chat template
       (lm-eval ``--apply_chat_template``; the search follows it by default).
+    - ``item_answer(item) -> str | None``: optional; what an item would answer if it were the
+      gold one (a needle's number, a pair's value), None for an item that holds no answer
+      (filler). ``item_text(item) -> str``: optional, for items that hold text rather than a
+      value (documents). Either lets ``lpes-check`` tell which item a wrong answer came from.
     """
 
     name: str
@@ -117,6 +121,8 @@ class PositionTask:
     answer_prefix: Callable[[Example], str] | None = None
     roles: Mapping[str, tuple[int, ...]] | None = None
     chat_template: bool = False
+    item_answer: Callable[[Any], str | None] | None = None
+    item_text: Callable[[Any], str] | None = None
 
     def __post_init__(self):
         if not self.positions or any(not isinstance(p, int) or not 0 <= p <= 100 for p in self.positions):
