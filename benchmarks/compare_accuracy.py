@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(what lpes-report reads: lpes-report vanilla=DIR/vanilla LPES=DIR/LPES ...)")
     args = parser.parse_args(argv)
 
-    from lpes_harness.tasks.position import position_scores
+    from lpes_harness.lmeval.tasks import position_scores
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     specs = method_specs(args.lpes_scales, args.moice_gates)

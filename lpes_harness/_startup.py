@@ -70,6 +70,7 @@ class _PostExecLoader:
 
 
 def install() -> None:
+    """Patch the watched lm-eval modules already imported, and watch for the others."""
     for name in WATCHED:
         if name in sys.modules:  # already imported: act directly
             _after(sys.modules[name])

@@ -16,9 +16,9 @@ def register() -> None:
     """Register our lm-eval models (lazily: nothing heavy is imported here) and tasks, and
     install the early checks: what the start-up hook does, now for the lm-eval modules
     already imported and on import for the others (lm-eval's task index is not built here)."""
-    from lpes_harness.lmeval import registration
+    from lpes_harness import _startup
 
-    registration.install()
+    _startup.install()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ import logging
 from lpes_harness import _startup
 from lpes_harness.lmeval import contract, registration
 from lpes_harness.lmeval import tasks as glue
+from lpes_harness.lmeval.model_args import MODEL_ARGS
 
 
 def test_every_lm_eval_assumption_holds():
@@ -18,11 +19,11 @@ def test_the_startup_hook_watches_exactly_what_registration_patches():
 
 def test_model_args_reach_the_glue_through_a_context_variable_not_a_frame():
     assert glue.model_arg_names() == set()
-    token = registration.MODEL_ARGS.set({"pretrained": "x", "scales": 1.2})
+    token = MODEL_ARGS.set({"pretrained": "x", "scales": 1.2})
     try:
         assert glue.model_arg_names() == {"pretrained", "scales"}
     finally:
-        registration.MODEL_ARGS.reset(token)
+        MODEL_ARGS.reset(token)
     assert glue.model_arg_names() == set()
 
 

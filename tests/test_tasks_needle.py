@@ -11,9 +11,9 @@ import lm_eval
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
+from lpes_harness.lmeval.tasks import build_group, position_scores, write_task_yaml
 from lpes_harness.tasks import TASKS_DIR
 from lpes_harness.tasks.needle import NEEDLE
-from lpes_harness.tasks.position import build_group, position_scores, write_task_yaml
 
 NEEDLE_PATTERN = re.compile(r"special magic number for \w+ is (\d+)")
 

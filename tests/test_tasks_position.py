@@ -10,14 +10,8 @@ from lpes_harness.tasks import BUILTIN_POSITION_TASKS, TASKS_DIR
 from lpes_harness.tasks.data import TaskDataError, read_jsonl
 from lpes_harness.tasks.kv_retrieval import KV_RETRIEVAL
 from lpes_harness.tasks.mdqa import MDQA
-from lpes_harness.tasks.position import (
-    build_examples,
-    gold_index,
-    resolve_options,
-    resolve_task,
-    sample_indices,
-    task_yaml_files,
-)
+from lpes_harness.lmeval.tasks import task_yaml_files
+from lpes_harness.tasks.position import build_examples, gold_index, resolve_options, resolve_task, sample_indices
 
 NQ_ORACLE = SHARED_DATA / "lost_in_the_middle" / "nq-open-oracle.jsonl.gz"
 

@@ -2,7 +2,7 @@
 
 Run right after lm-eval executes each of the modules in :data:`AFTER_IMPORT` (the ``.pth``
 hook's finder in :mod:`lpes_harness._startup` calls :func:`after_import`), or at once for the
-ones already imported (:func:`install`, what ``lpes-eval`` calls):
+ones already imported (:func:`lpes_harness._startup.install`, what ``lpes-eval`` calls):
 
 - ``lm_eval.api.registry``: *lazy* registry entries (``"module:Class"`` strings) for our
   models, so torch is imported only when one of them is used;
@@ -11,7 +11,8 @@ ones already imported (:func:`install`, what ``lpes-eval`` calls):
   (``LPES_NO_AUTO_TASKS=1`` turns that off);
 - ``lm_eval.evaluator``: ``simple_evaluate`` checks ``lpes_hf``'s scale arguments and our
   position tasks' options and data files before it loads the model, and publishes the model
-  args in :data:`MODEL_ARGS` while it runs (the task glue tolerates those keys in metadata);
+  args in :data:`~lpes_harness.lmeval.model_args.MODEL_ARGS` while it runs (the task glue
+  tolerates those keys in metadata);
 - ``lm_eval.config.evaluate_config``: a bad ``lpes_hf`` scale argument on the command line
   exits 2 with one line, before lm-eval indexes its tasks or loads the model.
 
@@ -21,10 +22,11 @@ later reaches the original.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import os
 import sys
+
+from lpes_harness.lmeval.model_args import MODEL_ARGS, parse_model_args
 
 # name -> "module:Class"; lm-eval imports the target on first use.
 LAZY_MODELS = {
@@ -37,21 +39,7 @@ LAZY_MODELS = {
 # Models whose arguments are lpes_hf's (scales, control_points, curve, pi).
 SCALES_MODELS = ("lpes_hf",)
 
-# The model args of the simple_evaluate call in progress (a dict), None outside one.
-# lm-eval 0.4.13 merges --model_args into every task's metadata; the task glue reads this to
-# tell the user's task keys from model keys.
-MODEL_ARGS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("lpes_model_args", default=None)
-
 _WRAPPED = "_lpes_wrapped"
-
-
-def parse_model_args(model_args) -> dict:
-    """``--model_args`` as a dict (lm-eval's own parser for the string form)."""
-    if isinstance(model_args, str):
-        from lm_eval.utils import simple_parse_args_string
-
-        return simple_parse_args_string(model_args)
-    return dict(model_args) if isinstance(model_args, dict) else {}
 
 
 def register_lazy_models(registry_module) -> None:
@@ -206,10 +194,3 @@ def after_import(module) -> None:
     patch = AFTER_IMPORT.get(module.__name__)
     if patch is not None:
         patch(module)
-
-
-def install() -> None:
-    """Patch the watched lm-eval modules already imported, and watch for the others."""
-    from lpes_harness import _startup
-
-    _startup.install()

@@ -1,11 +1,11 @@
 """Position tasks as lm-eval tasks: datasets, results, groups, YAML files, the precheck.
 
-The lm-eval side of :mod:`lpes_harness.tasks.position` (which re-exports these names, and
-whose dotted path the YAML files name for ``custom_dataset`` and ``process_results``):
+The lm-eval side of :mod:`lpes_harness.tasks.position`; the YAML files name this module's
+``load_dataset`` and ``process_results`` (``python -m lpes_harness.tasks`` regenerates them):
 
 - :func:`load_dataset` is the ``custom_dataset`` of every position subtask; lm-eval calls it
   with the task metadata, into which it has merged ``--model_args``: those keys are told
-  apart from the user's task keys through :data:`~lpes_harness.lmeval.registration.MODEL_ARGS`,
+  apart from the user's task keys through :data:`~lpes_harness.lmeval.model_args.MODEL_ARGS`,
   which the ``simple_evaluate`` wrapper sets (no caller's frame is read);
 - :func:`build_group` builds a group in memory, :func:`write_task_yaml` the files for the CLI;
 - :func:`precheck` checks options and data files before ``simple_evaluate`` loads the model.
@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lpes_harness.lmeval.registration import MODEL_ARGS, parse_model_args
+from lpes_harness.lmeval.model_args import model_arg_names, parse_model_args
+from lpes_harness.tasks import BUILTIN_POSITION_TASKS, TASKS_DIR
 from lpes_harness.tasks.data import TaskDataError
 from lpes_harness.tasks.position import (
     POSITION_TASKS,
@@ -37,16 +38,11 @@ from lpes_harness.tasks.position import (
     resolve_task,
 )
 
-# The module the YAML files name for custom_dataset / process_results (a stable public path).
-YAML_FUNCTIONS_MODULE = "lpes_harness.tasks.position"
+# The module the YAML files name for custom_dataset / process_results: the one that defines them.
+YAML_FUNCTIONS_MODULE = "lpes_harness.lmeval.tasks"
 # What lm-eval 0.4.13 logs (lm_eval.api.task, ConfigurableTask.download) for a callable dataset.
 CUSTOM_KWARGS_WARNING = "Custom kwargs can be passed to `--metadata`"
 LM_EVAL_TASK_LOGGER = "lm_eval.api.task"
-
-
-def model_arg_names() -> set[str]:
-    """The keys of ``--model_args`` of the ``simple_evaluate`` call in progress (empty outside one)."""
-    return set(MODEL_ARGS.get() or {})
 
 
 class _OurCustomKwargsWarning(logging.Filter):
@@ -183,6 +179,14 @@ def write_task_yaml(task: PositionTask, directory: str | Path, reference: str) -
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)  # atomic: never a half-written task file
         written.append(path)
+    return written
+
+
+def write_builtin_task_yaml(directory: Path | str = TASKS_DIR) -> list[Path]:
+    """(Re)generate the YAML of the built-in position tasks under ``directory/<name>/``."""
+    written = []
+    for name, reference in BUILTIN_POSITION_TASKS.items():
+        written += write_task_yaml(resolve_task(reference), Path(directory) / name, reference)
     return written
 
 

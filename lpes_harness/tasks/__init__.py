@@ -1,6 +1,7 @@
 """Position-bias tasks for lm-eval: KV retrieval, multi-document QA, and a recipe for new ones.
 
-- ``position``: the :class:`~lpes_harness.tasks.position.PositionTask` API, splits, lm-eval glue.
+- ``position``: the :class:`~lpes_harness.tasks.position.PositionTask` API and splits (the lm-eval
+  glue, and the YAML generator ``python -m lpes_harness.tasks``, are in :mod:`lpes_harness.lmeval.tasks`).
 - ``kv_retrieval``, ``mdqa``: LitM's two benchmarks; ``needle``: the worked example of the recipe;
   ``multi_needle``: multi-key needles, the retrieval test a small chat model can do.
 - ``metrics``: LitM's scoring; ``data``: file reading with ``file:line`` errors.
@@ -26,13 +27,3 @@ BUILTIN_POSITION_TASKS = {
     "needle": "lpes_harness.tasks.needle:NEEDLE",
     "multi_needle": "lpes_harness.tasks.multi_needle:MULTI_NEEDLE",
 }
-
-
-def write_builtin_task_yaml(directory: Path | str = TASKS_DIR) -> list[Path]:
-    """(Re)generate the YAML of the built-in position tasks under ``directory/<name>/``."""
-    from lpes_harness.tasks.position import resolve_task, write_task_yaml
-
-    written = []
-    for name, reference in BUILTIN_POSITION_TASKS.items():
-        written += write_task_yaml(resolve_task(reference), Path(directory) / name, reference)
-    return written

@@ -9,9 +9,8 @@ per gold position: the gold item is taken out and re-inserted at index
 A task is a :class:`PositionTask`: an example builder, a prompt renderer, the positions
 and a metric. This module is the task API (the registry, option checks, splits, docs); it
 knows nothing of lm-eval. :mod:`lpes_harness.lmeval.tasks` turns a task into lm-eval tasks
-(an in-memory group, or YAML files); its public names are re-exported here
-(``build_group``, ``write_task_yaml``, ``load_dataset``, ``process_results``, ...), and
-the YAML files name ``lpes_harness.tasks.position.load_dataset``.
+(an in-memory group: ``build_group``; or YAML files: ``write_task_yaml``, which name its
+``load_dataset`` and ``process_results``).
 
 Parameters arrive as lm-eval task metadata (``--metadata``): the common keys
 ``data_path``, ``split``, ``num_samples``, ``seed`` plus each task's own options.
@@ -342,19 +341,3 @@ def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> 
         )
     return docs
 
-
-# ---------------------------------------------------------------- the lm-eval side (re-exported)
-
-# Defined in lpes_harness.lmeval.tasks (imported on first use: that module imports this one).
-_LM_EVAL_GLUE = frozenset({
-    "load_dataset", "process_results", "score", "task_config", "group_config", "build_group",
-    "task_yaml_files", "write_task_yaml", "position_scores", "precheck",
-})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LM_EVAL_GLUE:
-        from lpes_harness.lmeval import tasks as glue
-
-        return getattr(glue, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
