@@ -5,7 +5,7 @@ import torch
 from lm_eval.api.instance import Instance
 from tiny_models import random_ids, save_tiny_checkpoint, tiny_model
 
-from lpes_harness.baselines import buckets, moice, mspoe
+from lpes_harness.baselines import buckets, moice, mspoe, train_moice
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.baselines.buckets import BucketsLM
 from lpes_harness.baselines.moice import MoICELM
@@ -151,7 +151,7 @@ def test_moice_gates_round_trip_and_training_moves_only_the_routers(tmp_path):
     frozen = {n: p.clone() for n, p in model.named_parameters() if "moice_router" not in n}
     before = [p.clone() for r in moice.routers(model) for p in r.parameters()]
     chunks = [random_ids(32, seed=s)[0] for s in range(4)]
-    history = moice.train_gates(model, chunks, steps=3, lr=1e-2, log=lambda _: None)
+    history = train_moice.train_gates(model, chunks, steps=3, lr=1e-2, log=lambda _: None)
     assert len(history) == 3 and all("balance_loss" in h for h in history)
     after = [p for r in moice.routers(model) for p in r.parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
@@ -168,20 +168,20 @@ def test_moice_gates_round_trip_and_training_moves_only_the_routers(tmp_path):
 def test_training_the_routers_lowers_the_lm_loss_they_are_trained_on():
     model = moice.install(tiny_model("llama"))
     chunks = [random_ids(32, seed=s)[0] for s in range(2)]
-    before = moice.mean_lm_loss(model, chunks)
-    moice.train_gates(model, chunks, steps=15, lr=3e-2, aux_coef=0.0, log=lambda _: None)
-    assert moice.mean_lm_loss(model, chunks) < before
+    before = train_moice.mean_lm_loss(model, chunks)
+    train_moice.train_gates(model, chunks, steps=15, lr=3e-2, aux_coef=0.0, log=lambda _: None)
+    assert train_moice.mean_lm_loss(model, chunks) < before
 
 
 def test_balance_loss_is_one_when_uniform_and_larger_when_collapsed():
     uniform = [torch.zeros(1, 2, 5, 4)]
     collapsed = [torch.tensor([5.0, 0, 0, 0]).expand(1, 2, 5, 4)]
-    assert moice.balance_loss(uniform).item() == pytest.approx(1.0, abs=0.3)
-    assert moice.balance_loss(collapsed).item() > 3.5
+    assert train_moice.balance_loss(uniform).item() == pytest.approx(1.0, abs=0.3)
+    assert train_moice.balance_loss(collapsed).item() > 3.5
 
 
 def test_synthetic_corpus_asks_about_facts_it_stated():
-    document = moice.synthetic_corpus(1, seed=3)[0]
+    document = train_moice.synthetic_corpus(1, seed=3)[0]
     text, questions = document.split("\n", 1)
     for line in questions.splitlines():
         count = line.rsplit("Answer: ", 1)[1].rstrip(".")

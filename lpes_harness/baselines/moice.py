@@ -283,24 +283,6 @@ def load_gates_into(model: nn.Module, payload: dict, where: str = "gates") -> No
         router.load_state_dict(weights)
 
 
-# ----------------------------------------------------------------------------- training
-
-# Router training lives in train_moice.py (the corpus, the losses, the loop); its names
-# stay importable from here.
-_TRAINING = frozenset({
-    "AUX_LOSS_COEF", "balance_loss", "SUBJECTS", "PLACES", "OBJECTS", "FILLER", "synthetic_corpus",
-    "token_stream", "train_gates", "mean_lm_loss",
-})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TRAINING:
-        from lpes_harness.baselines import train_moice
-
-        return getattr(train_moice, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @register_model("moice_hf")
 class MoICELM(HFLM):
     """HFLM whose heads mix E RoPE bases with a trained per-layer router (MoICE)."""
