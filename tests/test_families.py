@@ -24,7 +24,7 @@ import pytest
 import torch
 from tiny_models import random_ids, tiny_family_model
 
-from lpes_harness import rope
+from lpes_harness import rope, rope_anatomy
 from lpes_harness.baselines import buckets, moice, mspoe
 from lpes_harness.baselines._common import BaselineError
 
@@ -276,14 +276,14 @@ def test_a_scale_on_a_nope_layer_is_refused(family):
     for layer in family.nope:
         scales = [1.0] * rope.num_layers(model)
         scales[layer] = 1.5
-        with pytest.raises(rope.LPESError, match=rf"'{model.config.model_type}'.*\[{layer}\].*apply no RoPE"):
+        with pytest.raises(rope_anatomy.LPESError, match=rf"'{model.config.model_type}'.*\[{layer}\].*apply no RoPE"):
             rope.install(model, scales)
         assert not rope.is_installed(model)
     rope.install(model, 1.0)
-    with pytest.raises(rope.LPESError, match="apply no RoPE"):
+    with pytest.raises(rope_anatomy.LPESError, match="apply no RoPE"):
         rope.set_scales(model, 1.5)
     assert rope.get_scales(model) == [1.0] * rope.num_layers(model), "a refused set_scales changes nothing"
-    assert sorted(rope.nope_layers(model)) == list(family.nope)
+    assert sorted(rope_anatomy.nope_layers(model)) == list(family.nope)
 
 
 # ----------------------------------------------------------------------------- refused families
@@ -292,7 +292,7 @@ def test_a_scale_on_a_nope_layer_is_refused(family):
 @pytest.mark.parametrize("family", ids_of(REFUSED))
 def test_unsupported_family_is_refused_at_install(family):
     model = build(family)
-    with pytest.raises(rope.LPESError, match=family.refused):
+    with pytest.raises(rope_anatomy.LPESError, match=family.refused):
         rope.install(model, 1.0)
     assert not rope.is_installed(model)
 

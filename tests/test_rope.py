@@ -9,7 +9,7 @@ from test_families import BY_NAME, LENGTH, build, reference_logits
 from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3_multimodal, tiny_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lpes_harness import rope
+from lpes_harness import rope, rope_anatomy
 
 MIXED = [1.0, 1.7, 0.8, 2.5]  # one per tiny layer; includes a 1.0 layer and a < 1 layer
 
@@ -144,13 +144,13 @@ def count_rotary_computations(monkeypatch, model):
     """Counters of the model's own rotary_emb calls and of LPES's extra (cos, sin) computations."""
     counts = {"model": 0, "lpes": 0}
     model.base_model.rotary_emb.register_forward_hook(lambda *_: counts.__setitem__("model", counts["model"] + 1))
-    original = rope._RotaryFunction.__call__
+    original = rope_anatomy.RotaryFunction.__call__
 
     def counted(self, bound):
         counts["lpes"] += 1
         return original(self, bound)
 
-    monkeypatch.setattr(rope._RotaryFunction, "__call__", counted)
+    monkeypatch.setattr(rope_anatomy.RotaryFunction, "__call__", counted)
     return counts
 
 
@@ -286,18 +286,18 @@ def test_scales_are_kept_through_save_pretrained(tmp_path):
 
 def test_model_without_rope_gets_a_clear_error():
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=50))
-    with pytest.raises(rope.RoPENotFoundError, match="gpt2.*no rotary position embedding"):
+    with pytest.raises(rope_anatomy.RoPENotFoundError, match="gpt2.*no rotary position embedding"):
         rope.install(gpt2, 1.5)
 
 
 def test_scale_count_mismatch_names_both_numbers():
-    with pytest.raises(rope.LPESError, match="got 3 scales but the model has 4 decoder layers"):
+    with pytest.raises(rope_anatomy.LPESError, match="got 3 scales but the model has 4 decoder layers"):
         rope.install(tiny_model("llama"), [1.0, 1.2, 1.4])
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_non_positive_or_non_finite_scale_is_rejected(bad):
     model = tiny_model("mistral")
-    with pytest.raises(rope.LPESError, match="layer 2 is .*finite number > 0"):
+    with pytest.raises(rope_anatomy.LPESError, match="layer 2 is .*finite number > 0"):
         rope.install(model, [1.0, 1.0, bad, 1.0])
     assert not rope.is_installed(model), "a rejected install must leave nothing behind"

@@ -55,11 +55,11 @@ class LastRowRecorder:
     """Hooks every layer's ``self_attn``; after a forward, ``rows[l]`` is layer l's (heads, n) last row."""
 
     def __init__(self, model):
-        from lpes_harness import rope
+        from lpes_harness.rope_anatomy import find_rope_parts
 
         self.rows: dict[int, object] = {}
         self.handles = []
-        for index, layer in enumerate(rope.find_rope_parts(model).layers):
+        for index, layer in enumerate(find_rope_parts(model).layers):
             self.handles.append(layer.self_attn.register_forward_pre_hook(self._hook(index), with_kwargs=True))
 
     def _hook(self, index: int):

@@ -26,13 +26,13 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from lpes_harness import rope
+from lpes_harness import rope, rope_anatomy
 from lpes_harness.scales_file import number_list
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
-class BaselineError(rope.LPESError):
+class BaselineError(rope_anatomy.LPESError):
     """Bad input to a baseline: the message names what was given and what is accepted."""
 
 
@@ -101,13 +101,13 @@ def rope_theta(model: nn.Module) -> float:
     if rope_type != "default":
         raise BaselineError(
             f"this baseline changes the RoPE base, which is defined only for plain RoPE; the model "
-            f"(model type '{rope._model_type(model)}') uses rope_type={rope_type!r}. Accepted: models with "
+            f"(model type '{rope_anatomy.model_type_of(model)}') uses rope_type={rope_type!r}. Accepted: models with "
             f"rope_type 'default' (Llama 2, SmolLM2, Qwen2, Mistral)"
         )
     theta = params.get("rope_theta", getattr(config, "rope_theta", None))
     if theta is None:
         raise BaselineError(
-            f"the model config (model type '{rope._model_type(model)}') has no rope_theta; cannot derive RoPE bases from it"
+            f"the model config (model type '{rope_anatomy.model_type_of(model)}') has no rope_theta; cannot derive RoPE bases from it"
         )
     return float(theta)
 
@@ -174,7 +174,7 @@ def _refuse(who: str, model_type: str, reason: str, accepted: str) -> BaselineEr
     return BaselineError(f"{who} cannot run on model type '{model_type}': {reason}. {accepted}")
 
 
-def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.RoPEParts:
+def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope_anatomy.RoPEParts:
     """Refuse, before anything is changed, a model on which baseline ``who`` would be wrong.
 
     Every baseline recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so the
@@ -187,7 +187,7 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
     """
     try:
         parts = rope.check_supported(model)
-    except rope.LPESError as err:
+    except rope_anatomy.LPESError as err:
         raise BaselineError(f"{who} cannot run on this model: {err}") from err
     model_type = parts.model_type
     plain = "Accepted: Llama-style models with one plain RoPE for all layers (Llama, SmolLM2, Qwen2, Mistral)"
@@ -204,7 +204,7 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
         raise _refuse(who, model_type, f"its rotary embedding {type(rotary).__name__} has no `inv_freq`", plain)
     device = rotary.inv_freq.device
     position_ids = torch.arange(8, device=device)[None]
-    forward = rope._undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
+    forward = rope_anatomy.undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
     with torch.no_grad():
         own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids)
     ours = cos_sin(position_ids, rotary.inv_freq, rotary.attention_scaling, torch.float32)
@@ -217,8 +217,8 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope.Ro
     if not rewrites_attention:
         return parts
 
-    config = getattr(parts.decoder, "config", None) or model.config
-    nope = rope.nope_layers(model)
+    config = rope_anatomy.decoder_config(parts, model)
+    nope = rope_anatomy.nope_layers_in(parts)
     if nope:
         raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this baseline rotates every layer", plain)
     for name in ("attn_logit_softcapping", "clip_qkv"):

@@ -31,7 +31,6 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
-from lpes_harness import rope
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.models import cache_keyword, hflm_model_args

@@ -43,7 +43,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope
+from lpes_harness import rope_anatomy
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.models import hflm_model_args
@@ -72,7 +72,7 @@ class MoICERouter(nn.Module):
 
 @dataclass
 class _MoICEState:
-    parts: rope.RoPEParts
+    parts: rope_anatomy.RoPEParts
     relative_bases: list[float]
     bases: list[float]
     top_k: int

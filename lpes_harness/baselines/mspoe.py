@@ -43,7 +43,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope
+from lpes_harness import rope_anatomy
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.models import hflm_model_args
@@ -55,7 +55,7 @@ OUTLIER_FACTOR = 3.0
 
 @dataclass
 class _MsPoEState:
-    parts: rope.RoPEParts
+    parts: rope_anatomy.RoPEParts
     layers: list[int]
     min_ratio: float
     max_ratio: float
