@@ -51,7 +51,7 @@ def parse_args(argv):
 
 def search_pairs(lm, samples: int) -> tuple[list[tuple[str, str]], int]:
     """(context, delimiter + answer) for every gold answer of the search split's samples; and the sample count."""
-    from lpes_harness.search.fitness import PositionScorer, gold_answers
+    from lpes_harness.lmeval.position_scorer import PositionScorer, gold_answers
 
     scorer = PositionScorer(lm, "multi_needle", list(PERCENTS), split="search", num_samples=samples)
     pairs, count = [], 0
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from lpes_harness.lm import LPESLM
-    from lpes_harness.search.scoring import resolve_batch_size, score_answers
+    from lpes_harness.lmeval.answer_logits import resolve_batch_size, score_answers
 
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, control_points=CONTROL_POINTS)
     pairs, count = search_pairs(lm, args.samples)

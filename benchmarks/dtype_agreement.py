@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         scales = spec.scales(genome)
         for dtype in (("float32", "bfloat16") if number % 2 == 0 else ("bfloat16", "float32")):  # interleaved
             started = time.perf_counter()
-            value, _ = fitness[dtype].score_scales(scales)
+            value, _ = fitness[dtype](scales)
             seconds[dtype] += time.perf_counter() - started
             values[dtype].append(value)
         print(f"genome {number}: float32 {values['float32'][-1]:.3f} bfloat16 {values['bfloat16'][-1]:.3f}",

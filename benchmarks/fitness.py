@@ -50,15 +50,16 @@ def draw_genomes(spec, count: int, seed: int) -> list:
     return genomes
 
 
-def scored_fitness(fitness, individual) -> tuple[float, dict]:
-    """``fitness(individual)`` without racing, also returning each sample's score ((role, index) -> score).
+def scored_fitness(fitness, scales) -> tuple[float, dict]:
+    """``fitness(scales)`` without racing, also returning each sample's score ((role, index) -> score).
 
     The same chunks in the same order as the fitness's own call, through its public pieces:
     ``score_samples`` for the scores and ``raced_fitness`` for the λ-weighted value.
     """
-    from lpes_harness.search.fitness import max_sample_score, raced_fitness
+    from lpes_harness.lmeval.position_scorer import max_sample_score
+    from lpes_harness.search.fitness import raced_fitness
 
-    fitness.lm.set_scales(list(individual.scales))
+    fitness.lm.set_scales(list(scales))
     seen: dict = {}
 
     def score_chunk(role, indices):
@@ -112,11 +113,11 @@ def compare_paths(lm, base_config, genomes, progress) -> dict:
         row = {"genome": [list(p) for p in genome], "seconds": {}, "fitness": {}, "samples": {}}
         for name, fitness in fitnesses.items():
             started = time.perf_counter()
-            value, samples = scored_fitness(fitness, genome)
+            value, samples = scored_fitness(fitness, genome.scales)
             row["seconds"][name] = time.perf_counter() - started
             row["fitness"][name] = value
             row["samples"][name] = {f"{role}:{i}": s for (role, i), s in sorted(samples.items())}
-        row["fitness"]["logprob"], _ = logprob(genome)
+        row["fitness"]["logprob"], _ = logprob(genome.scales)
         rows.append(row)
         progress(f"genome {index + 1}/{len(genomes)}: " + ", ".join(
             f"{n} {row['fitness'][n]:.3f} in {s:.1f} s" for n, s in row["seconds"].items()))
@@ -202,13 +203,13 @@ def sample_scaling(lm, base_config, counts, progress) -> list[dict]:
     from dataclasses import replace
 
     from lpes_harness import rope
-    from lpes_harness.search.fitness import LMEvalFitness, individual_with_scales
+    from lpes_harness.search.fitness import LMEvalFitness
 
     rows = []
     for count in counts:
         fitness = LMEvalFitness(lm, replace(base_config, num_samples=count, racing=False))
         started = time.perf_counter()
-        fitness(individual_with_scales([1.0] * rope.num_layers(lm.model)))
+        fitness([1.0] * rope.num_layers(lm.model))
         seconds = time.perf_counter() - started
         rows.append({"samples_per_position": count, "seconds": seconds})
         progress(f"{count} samples per position: {seconds:.1f} s per evaluation")

@@ -229,7 +229,7 @@ def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypat
     middle of a position resumes from its last chunk, and scores nothing twice."""
     from lpes_harness.analysis import paired as module
     from lpes_harness.lm import LPESLM
-    from lpes_harness.search.fitness import PositionScorer
+    from lpes_harness.lmeval.position_scorer import PositionScorer
 
     monkeypatch.setattr(module, "CHUNK", 2)
     asked = []

@@ -7,7 +7,7 @@ from conftest import load_benchmark as load_fitness_benchmark
 from test_search_scoring import answering  # noqa: F401 (fixture)
 
 from lpes_harness.search import GenomeSpec, initial_genome, random_genome
-from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness, individual_with_scales
+from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
 
 
 def load_benchmark():
@@ -28,9 +28,9 @@ def test_scored_fitness_is_the_fitness_with_every_sample_kept(answering, mode): 
     lm, records = answering
     config = FitnessConfig(mode=mode, num_samples=4, chunk_size=3, metadata={"data_path": records}, racing=False)
     fitness = LMEvalFitness(lm, config)
-    individual = individual_with_scales([1.3] * 4)
-    value, samples = load_benchmark().scored_fitness(fitness, individual)
-    expected, info = fitness(individual)
+    scales = [1.3] * 4
+    value, samples = load_benchmark().scored_fitness(fitness, scales)
+    expected, info = fitness(scales)
     assert value == pytest.approx(expected, abs=1e-9)
     assert len(samples) == sum(fitness.sizes.values())
     for role, mean in info["scores"].items():

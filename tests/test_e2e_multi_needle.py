@@ -39,7 +39,7 @@ def test_lm_eval_lpes_hf_on_multi_needle_sees_the_searchs_prompts(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from lpes_harness.search.fitness import PositionScorer
+    from lpes_harness.lmeval.position_scorer import PositionScorer
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir(), gguf_file=BUNDLED_GGUF)
 

@@ -23,8 +23,8 @@ CONFIG = SearchConfig(population_size=6, num_parents=2, num_mutants=3, num_cross
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def fitness(individual):
-    error = sum((s - 1.4 - 0.2 * math.cos(i)) ** 2 for i, s in enumerate(individual.scales))
+def fitness(scales):
+    error = sum((s - 1.4 - 0.2 * math.cos(i)) ** 2 for i, s in enumerate(scales))
     return -error, {"begin": 0.5, "middle": 0.25, "end": 0.75}
 
 

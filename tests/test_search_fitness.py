@@ -25,8 +25,8 @@ class CountingFitness:
         self.objective = objective
         self.samples_scored = 0
 
-    def __call__(self, individual, threshold=-math.inf):
-        scales = list(individual.scales)
+    def __call__(self, scales, threshold=-math.inf):
+        scales = list(scales)
 
         def score_chunk(role, indices):
             self.samples_scored += len(indices)

@@ -16,10 +16,10 @@ def target_curve(num_layers):
     return [1.3 + 0.4 * math.sin(3.0 * layer / num_layers) for layer in range(num_layers)]
 
 
-def synthetic_fitness(individual):
+def synthetic_fitness(scales):
     """A smooth fitness of the layer scales, best at `target_curve`."""
-    target = target_curve(len(individual.scales))
-    error = sum((s - t) ** 2 for s, t in zip(individual.scales, target)) / len(target)
+    target = target_curve(len(scales))
+    error = sum((s - t) ** 2 for s, t in zip(scales, target)) / len(target)
     return -error, {"error": error, "begin": 1 - error, "middle": 1 - 2 * error, "end": 1 - 3 * error}
 
 
@@ -120,10 +120,10 @@ def test_a_duplicate_genome_is_never_evaluated_twice():
     spec = GenomeSpec(num_layers=6, num_points=2, y_min=1.0, y_max=1.2)
     calls = {}
 
-    def counting(individual):
-        key = cache_key(individual.scales)
+    def counting(scales):
+        key = cache_key(scales)
         calls[key] = calls.get(key, 0) + 1
-        return synthetic_fitness(individual)
+        return synthetic_fitness(scales)
 
     search, result, recorder = run_search(spec, SMALL, counting)
     assert max(calls.values()) == 1
@@ -191,11 +191,11 @@ def test_resume_after_a_crash_evaluates_nothing_twice_and_ends_like_an_uninterru
 
     evaluated = []
 
-    def crashing(individual):
+    def crashing(scales):
         if len(evaluated) + 1 == crash_at:
             raise Crash
-        evaluated.append(cache_key(individual.scales))
-        return synthetic_fitness(individual)
+        evaluated.append(cache_key(scales))
+        return synthetic_fitness(scales)
 
     saver, before = SaveState(), Recorder()
     with pytest.raises(Crash):

@@ -10,7 +10,7 @@ from lpes_harness.search.genome import (
     make_individual,
     random_brute_force_genome,
 )
-from lpes_harness.search.operators import build_toolbox, mate, mutate
+from lpes_harness.search.operators import build_toolbox, crossover, fitter, mutate
 
 SPECS = {
     "paper-4-points": GenomeSpec(num_layers=30),
@@ -169,61 +169,27 @@ def test_crossover_children_swap_one_point_and_stay_valid(name):
     for _ in range(1000):
         p1 = fitted(random_valid_genome(spec, rng), rng.random())
         p2 = fitted(random_valid_genome(spec, rng), rng.random())
-        evaluated = []
-
-        def evaluate(child):
-            evaluated.append(list(child))
-            child.fitness.values = (rng.random(),)
-
-        child, origin = mate(p1, p2, spec=spec, rng=rng, evaluate=evaluate, max_tries=10,
+        children = crossover(p1, p2, spec=spec, rng=rng, max_tries=10,
                              mutate_fallback=lambda ind: mutate(ind, spec=spec, rng=rng, max_dx=2, max_dy=0.2))
-        assert spec.violations(child) == []
-        assert child.fitness.valid
-        assert list(child) in evaluated
-        if origin == "crossover":
-            assert 1 <= len(evaluated) <= 2
-            # Every point comes from a parent at the same index, exactly one from the other parent.
-            from_p1 = [a == c for a, c in zip(p1, child)]
-            from_p2 = [b == c for b, c in zip(p2, child)]
-            assert all(a or b for a, b in zip(from_p1, from_p2))
-            assert list(child) not in (list(p1), list(p2))
-        else:
-            assert origin == "crossover_fallback" and len(evaluated) == 1
+        assert 1 <= len(children) <= 2
+        for child in children:
+            assert spec.violations(child) == []
+            assert not child.fitness.valid  # the loop evaluates, the operator only varies
+            if child.origin == "crossover":
+                # Every point comes from a parent at the same index, exactly one from the other parent.
+                from_p1 = [a == c for a, c in zip(p1, child)]
+                from_p2 = [b == c for b, c in zip(p2, child)]
+                assert all(a or b for a, b in zip(from_p1, from_p2))
+                assert list(child) not in (list(p1), list(p2))
+            else:
+                assert child.origin == "crossover_fallback" and len(children) == 1
 
 
-def test_crossover_keeps_the_fitter_of_its_two_children():
-    spec = GenomeSpec(num_layers=30, num_points=3)
-    p1 = fitted([(0.0, 1.0), (10.0, 1.0), (29.0, 1.0)], 0.5)
-    p2 = fitted([(0.0, 2.0), (12.0, 2.0), (29.0, 2.0)], 0.5)
-    for fitter_child in (0, 1):
-        for seed in range(20):
-            evaluated = []
-
-            def evaluate(child):
-                evaluated.append(list(child))
-                # Rank the children by which parent they mostly come from.
-                mostly_p1 = sum(point in p1 for point in child) >= 2
-                child.fitness.values = (1.0 if mostly_p1 == (fitter_child == 0) else 0.0,)
-
-            child, origin = mate(p1, p2, spec=spec, rng=random.Random(seed), evaluate=evaluate, max_tries=10,
-                                 mutate_fallback=None)
-            assert origin == "crossover" and len(evaluated) == 2
-            assert child.fitness.values == (1.0,)
-            assert list(child) == evaluated[fitter_child]
-
-
-def test_crossover_tie_keeps_the_first_child():
-    spec = GenomeSpec(num_layers=30, num_points=3)
-    p1 = fitted([(0.0, 1.0), (10.0, 1.0), (29.0, 1.0)], 0.1)
-    p2 = fitted([(0.0, 2.0), (12.0, 2.0), (29.0, 2.0)], 0.9)
-    evaluated = []
-
-    def evaluate(child):
-        evaluated.append(list(child))
-        child.fitness.values = (0.3,)
-
-    child, _ = mate(p1, p2, spec=spec, rng=random.Random(0), evaluate=evaluate, max_tries=10, mutate_fallback=None)
-    assert list(child) == evaluated[0]
+def test_fitter_keeps_the_fittest_and_the_first_on_a_tie():
+    first, second = fitted([(0.0, 1.0), (29.0, 1.0)], 0.3), fitted([(0.0, 2.0), (29.0, 2.0)], 0.3)
+    assert fitter((first, second)) is first
+    better = fitted([(0.0, 1.5), (29.0, 1.5)], 0.9)
+    assert fitter((first, better)) is better and fitter((better, first)) is better
 
 
 def test_crossover_with_one_invalid_child_keeps_the_valid_one():
@@ -232,38 +198,26 @@ def test_crossover_with_one_invalid_child_keeps_the_valid_one():
     p1 = fitted([(0.0, 1.0), (5.0, 1.0), (10.0, 1.0)], 0.9)
     p2 = fitted([(8.0, 2.0), (20.0, 2.0), (29.0, 2.0)], 0.1)
     for seed in range(30):
-        evaluated = []
-
-        def evaluate(child):
-            evaluated.append(list(child))
-            child.fitness.values = (0.0,)
-
-        child, origin = mate(p1, p2, spec=spec, rng=random.Random(seed), evaluate=evaluate, max_tries=10,
+        children = crossover(p1, p2, spec=spec, rng=random.Random(seed), max_tries=10,
                              mutate_fallback=lambda ind: mutate(ind, spec=spec, rng=random.Random(0), max_dx=2, max_dy=0.2))
-        assert origin == "crossover"
-        assert len(evaluated) == 1 and spec.is_valid(child)
+        assert [child.origin for child in children] == ["crossover"]
+        assert spec.is_valid(children[0])
 
 
-def test_crossover_fallback_is_an_evaluated_mutant_of_the_fitter_parent():
+def test_crossover_fallback_is_a_mutant_of_the_fitter_parent():
     spec = GenomeSpec(num_layers=30, num_points=3)
     same = [(0.0, 1.5), (14.0, 1.5), (29.0, 1.5)]
     weak, strong = fitted(same, 0.2), fitted(same, 0.7)  # identical parents: no swap gives a new child
     strong_but_different = fitted([(0.0, 1.5), (15.0, 1.5), (29.0, 1.5)], 0.7)
     rng = random.Random(0)
-    calls = []
-
-    def evaluate(child):
-        calls.append(list(child))
-        child.fitness.values = (0.5,)
-
-    child, origin = mate(weak, strong, spec=spec, rng=rng, evaluate=evaluate, max_tries=5,
+    (child,) = crossover(weak, strong, spec=spec, rng=rng, max_tries=5,
                          mutate_fallback=lambda ind: mutate(ind, spec=spec, rng=rng, max_dx=2, max_dy=0.2))
-    assert origin == "crossover_fallback" and calls == [list(child)]
+    assert child.origin == "crossover_fallback"
     assert list(child) != same and spec.is_valid(child)
     # Parents differing only at the swapped point also give no new child; the fallback mutates the fitter one.
-    child, origin = mate(weak, strong_but_different, spec=spec, rng=rng, evaluate=evaluate, max_tries=50,
+    (child,) = crossover(weak, strong_but_different, spec=spec, rng=rng, max_tries=50,
                          mutate_fallback=lambda ind: (ind,))  # identity, to see which parent it got
-    assert origin == "crossover_fallback"
+    assert child.origin == "crossover_fallback"
     assert list(child) == list(strong_but_different)
 
 
@@ -273,7 +227,7 @@ def test_crossover_fallback_is_an_evaluated_mutant_of_the_fitter_parent():
 def test_toolbox_select_takes_the_top_parents():
     spec = GenomeSpec(num_layers=30, num_points=2)
     rng = random.Random(0)
-    toolbox = build_toolbox(spec, rng, evaluate=lambda ind: None, num_parents=3)
+    toolbox = build_toolbox(spec, rng, num_parents=3)
     population = [fitted([(0.0, 1.0 + 0.1 * k), (29.0, 1.0)], f) for k, f in enumerate([0.3, 0.9, 0.1, 0.7, 0.5])]
     assert [ind.fitness.values[0] for ind in toolbox.select(population)] == [0.9, 0.7, 0.5]
 
@@ -281,9 +235,9 @@ def test_toolbox_select_takes_the_top_parents():
 def test_toolbox_rejects_bad_operator_settings():
     spec = GenomeSpec(num_layers=30)
     with pytest.raises(ValueError, match="N_ct"):
-        build_toolbox(spec, random.Random(0), evaluate=lambda ind: None, crossover_tries=0)
+        build_toolbox(spec, random.Random(0), crossover_tries=0)
     with pytest.raises(ValueError, match="mutation steps"):
-        build_toolbox(spec, random.Random(0), evaluate=lambda ind: None, max_dx=-1)
+        build_toolbox(spec, random.Random(0), max_dx=-1)
 
 
 @pytest.mark.parametrize("mode, valid_pairs", [

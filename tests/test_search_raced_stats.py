@@ -19,9 +19,9 @@ def true_fitness(scales):
     return -sum((s - 1.4 - 0.2 * math.cos(i)) ** 2 for i, s in enumerate(scales))
 
 
-def racing_fitness(individual, threshold=-math.inf):
+def racing_fitness(scales, threshold=-math.inf):
     """Like fitness.py's racing: below the threshold, stop and return an upper bound (here well above)."""
-    value = true_fitness(individual.scales)
+    value = true_fitness(scales)
     if value < threshold:
         return threshold - 1e-3, {"raced": True}
     return value, {"raced": False}

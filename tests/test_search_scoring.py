@@ -8,7 +8,7 @@ from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.lm import LPESLM
 from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
-from lpes_harness.search.scoring import score_answers
+from lpes_harness.lmeval.answer_logits import score_answers
 
 CONTEXTS = ["Key: abc, value", "The quick brown fox", "x=1; y=2; z=", "lorem ipsum dolor sit amet"]
 
@@ -151,7 +151,7 @@ def test_both_scorers_give_the_same_fitness(answering, mode):
     for scorer in ("answer-logits", "lm-eval"):
         config = FitnessConfig(mode=mode, scorer=scorer, num_samples=4, chunk_size=2, metadata={"data_path": records},
                                racing=False)
-        fitness, info = LMEvalFitness(lm, config).score_scales([1.3] * 4)
+        fitness, info = LMEvalFitness(lm, config)([1.3] * 4)
         values.append((fitness, info["scores"]))
     assert values[0][0] == pytest.approx(values[1][0], abs=1e-4)
     for role, score in values[0][1].items():
@@ -177,7 +177,7 @@ def test_the_shared_prompt_path_matches_lm_eval_on_other_architectures(arch, tmp
 
 
 def test_tiebreak_is_greedy_accuracy_plus_a_confidence_too_small_to_reorder_it(answering):
-    from lpes_harness.search.fitness import TIEBREAK_EPS, max_sample_score
+    from lpes_harness.lmeval.position_scorer import TIEBREAK_EPS, max_sample_score
 
     lm, records = answering
     per_mode = {}

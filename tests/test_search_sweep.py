@@ -27,7 +27,7 @@ def test_sweep_picks_the_best_uniform_scale_and_keeps_the_range_open():
     assert {y for _, y in initial_genome(spec)} == {1.0}
     config = SearchConfig(population_size=8, num_parents=3, num_mutants=4, num_crossovers=1, generations=12,
                           mutation_y=0.4, mutation_x=2, seed=0)
-    result = GeneticSearch(spec, lambda ind: stub_fitness(ind.scales), config).run()
+    result = GeneticSearch(spec, lambda scales: stub_fitness(scales), config).run()
     assert max(result["best"]["scales"]) >= 1.8  # the search reached the high-late curve
 
 

@@ -52,7 +52,7 @@ ROWS = [
     (dict(mx=-1.0), "--mx -1.0: must be a finite number >= 0"),
     (dict(my=float("nan")), "--my nan: must be a finite number >= 0"),
     (dict(mx=0.5, my=0.05), "--my 0.05: below the y step 0.1, and x cannot move (--mx 0.5): a mutation could move nothing"),
-    (dict(mutation="wide"), "--mutation 'wide': must be one of paper, joint"),
+    (dict(mutation="wide"), "--mutation 'wide' is not one of paper, joint"),
     (dict(threads=0), "--threads 0: must be an integer >= 1"),
     (dict(batch_size="big"), "--batch-size 'big': must be an integer >= 1, 'auto' or 'auto:N'"),
     (dict(model_args="scales=1.2"), "--model-args 'scales=1.2': scales cannot be given to a search"),

@@ -104,7 +104,7 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     ``loglikelihood``: the path ``lm_eval --model mspoe_hf`` takes, which the fast shared-prefix
     scorer of ``lpes_hf`` is tested to agree with.
     """
-    from lpes_harness.search.fitness import PositionScorer
+    from lpes_harness.lmeval.position_scorer import PositionScorer
     from lpes_harness.tasks.position import resolve_task
 
     percents = list(resolve_task(task).positions)

@@ -47,7 +47,7 @@ FIXED_PLACE_SHARE = 0.5  # wrong answers naming one fixed place: a policy, if it
 def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = None, split: str = "heldout",
                chat_template=None) -> dict:
     """Generate the answers at every gold position and with the gold removed, then :func:`judge` them."""
-    from lpes_harness.search.fitness import PositionScorer
+    from lpes_harness.lmeval.position_scorer import PositionScorer
     from lpes_harness.tasks.position import build_examples, resolve_options, resolve_task
 
     from tqdm.auto import tqdm

@@ -6,6 +6,9 @@
 - :mod:`.tasks`: position tasks as lm-eval tasks (``custom_dataset``, ``process_results``,
   in-memory groups, YAML files, the precheck, results reading).
 - :mod:`.requests`: lm-eval requests and its tokenisation of a (context, answer) pair.
+- :mod:`.position_scorer`: a position task's samples scored one by one, as lm-eval prompts them
+  (the search's fitness, the held-out tables and ``lpes-check`` all score through it).
+- :mod:`.answer_logits`: the fast one-pass scorer behind it (logits only at the answer tokens).
 - :mod:`.hflm`: what our HFLM subclasses override of HFLM.
 - :mod:`.contract`: the lm-eval internals all of the above assume, checked by
   ``tests/test_lmeval_contract.py`` against the pinned version.

@@ -101,7 +101,7 @@ def _custom_kwargs_warning() -> bool:
     return task.eval_logger.name == LM_EVAL_TASK_LOGGER and CUSTOM_KWARGS_WARNING in source
 
 
-@_assumption("lpes_harness/search/fitness.py")
+@_assumption("lpes_harness/lmeval/position_scorer.py")
 def _fewshot_context() -> bool:
     """ConfigurableTask.fewshot_context takes num_fewshot, apply_chat_template, chat_template, gen_prefix"""
     from lm_eval.api.task import ConfigurableTask

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from lpes_harness.models import DTYPES, choose_dtype
-from lpes_harness.search.fitness import MODES, OBJECTIVES, ROLES, SCORERS
+from lpes_harness.lmeval.position_scorer import MODES, SCORERS
+from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.sweep import parse_sweep
 
 DESCRIPTION = """\

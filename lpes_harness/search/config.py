@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from lpes_harness.search.operators import MUTATIONS
+from lpes_harness.search.operators import check_mutation
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,7 @@ class SearchConfig:
             raise ValueError(f"crossover needs at least 2 parents, got num_parents={self.num_parents}")
         if not (self.mutation_x >= 0 and self.mutation_y >= 0):
             raise ValueError(f"mutation steps must be >= 0, got Mx={self.mutation_x}, My={self.mutation_y}")
-        if self.mutation not in MUTATIONS:
-            raise ValueError(f"mutation must be one of {', '.join(MUTATIONS)}, got {self.mutation!r}")
+        check_mutation(self.mutation)
 
     def planned_individuals(self) -> int:
         """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""

@@ -15,11 +15,10 @@ the fitness equals a single-process run's.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
-from lpes_harness.search.fitness import LMEvalFitness, individual_with_scales
+from lpes_harness.search.fitness import LMEvalFitness
 
 _STOP = "stop"
 
@@ -66,10 +65,10 @@ def _gather(indices, mine, local_scores):
 
 
 class DistributedFitness(LMEvalFitness):
-    def __call__(self, individual, threshold: float = -math.inf):
+    def __call__(self, scales, threshold: float | None = None):
         if self.rank == 0:
-            _broadcast((list(individual.scales), threshold))
-        return super().__call__(individual, threshold)
+            _broadcast((list(scales), threshold))
+        return super().__call__(scales, threshold)
 
 
 def make_fitness(lm, config, context: Context) -> LMEvalFitness:
@@ -85,7 +84,7 @@ def serve(fitness: LMEvalFitness, context: Context) -> None:
         if message == _STOP:
             return
         scales, threshold = message
-        LMEvalFitness.__call__(fitness, individual_with_scales(scales), threshold)
+        LMEvalFitness.__call__(fitness, scales, threshold)
 
 
 def release(context: Context) -> None:

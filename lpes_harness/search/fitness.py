@@ -6,25 +6,10 @@ on the ``search`` split of a position task (``multi_needle``, ``kv_retrieval``, 
 or a user's own; each declares which gold positions are begin, middle and end), evaluated in-process on one loaded
 ``lpes_hf`` whose scales are changed in place (the model is never reloaded).
 
-Four ways to score a sample (``mode``):
-
-- ``greedy`` (default, one pass): one forward over prompt + gold answer; the sample is
-  correct iff every gold token is the argmax (lm-eval's ``is_greedy``), i.e. greedy
-  decoding would write the gold answer. With several gold answers (MDQA), any one suffices.
-- ``generate``: the paper's path: lm-eval ``generate_until`` and the task's own metric.
-- ``logprob``: the mean log-probability of the gold answer's tokens (a continuous,
-  less noisy signal; fitness is then in nats, ≤ 0).
-- ``tiebreak``: greedy accuracy, with ties broken by confidence: a sample scores
-  ``is_greedy + TIEBREAK_EPS * p``, ``p`` the geometric-mean probability of its gold tokens.
-  ``TIEBREAK_EPS`` is so small that one sample more or less right always outweighs any
-  confidence difference (``FitnessConfig`` checks it for the weights and sample counts given),
-  so the order by accuracy is kept; among individuals with the same accuracy, the surer one wins. On tens of samples
-  greedy fitness ties often, and a tie is otherwise decided by evaluation order.
-
-The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logits``
-(default, ``scoring.py``: the output layer runs only at the answer positions) and
-``lm-eval`` (lm-eval's own ``loglikelihood``, full logits at every position). They score
-the same tokens; ``tests/test_search_scoring.py`` checks they agree.
+How one sample is scored (``mode``: greedy, generate, logprob, tiebreak; ``scorer``:
+answer-logits or lm-eval) is :mod:`lpes_harness.lmeval.position_scorer`'s business; the search
+sees per-sample scores only. On tens of samples greedy fitness ties often, and a tie is
+otherwise decided by evaluation order: ``tiebreak`` breaks it by confidence.
 
 **Objective** (``objective``): how the role scores combine. ``weighted`` (default) is the
 formula above. ``ranked`` hands the same weights out by rank instead of by role: the largest
@@ -49,20 +34,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from lpes_harness.lmeval.position_scorer import MODES, SCORERS, TIEBREAK_EPS, PositionScorer, max_sample_score
+
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
-MODES = ("greedy", "generate", "logprob", "tiebreak")
 OBJECTIVES = ("weighted", "ranked")
-SCORERS = ("answer-logits", "lm-eval")
-# The weight of confidence in ``tiebreak``: far below the smallest accuracy step of any search
-# we size (λ_r / samples of role r; the gpu profile's pooled middle: 0.3 / 300 = 1e-3), so
-# accuracy always decides first. FitnessConfig refuses settings where it would not.
-TIEBREAK_EPS = 1e-5
-
-
-def max_sample_score(mode: str) -> float:
-    """The most one sample can add: accuracy 1, log-probability 0, or 1 + the tie-break at certainty."""
-    return {"logprob": 0.0, "tiebreak": 1.0 + TIEBREAK_EPS}.get(mode, 1.0)
 
 
 def combine(means: Mapping[str, float], weights: Mapping[str, float], objective: str = "weighted") -> float:
@@ -152,7 +128,7 @@ class FitnessConfig:
     racing: bool = True
     scorer: str = "answer-logits"  # one-pass modes only; see SCORERS
     chat_template: bool | None = None  # None: as the task prefers (and the tokenizer has one)
-    batch_size: int | str = 1  # prompts per forward of the one-pass scorer; "auto": see scoring.resolve_batch_size
+    batch_size: int | str = 1  # prompts per forward of the one-pass scorer; "auto": see answer_logits.resolve_batch_size
 
     def __post_init__(self):
         from lpes_harness.tasks.data import TaskDataError
@@ -185,7 +161,7 @@ class FitnessConfig:
         if self.mode == "tiebreak":
             check_tiebreak(self.weights, self.num_samples, self.positions, self.objective)
         if self.batch_size != "auto":
-            from lpes_harness.search.scoring import resolve_batch_size
+            from lpes_harness.lmeval.answer_logits import resolve_batch_size
 
             self.batch_size = resolve_batch_size(None, self.batch_size)  # lm is only read for "auto"
 
@@ -217,112 +193,8 @@ def _task_positions(task_name: str) -> tuple[int, ...]:
     return resolve_task(task_name).positions
 
 
-class PositionScorer:
-    """Per-sample scores of one position task's samples, through lm-eval's task objects.
-
-    Loads the subtasks of ``percents`` (one lm-eval task each) for ``split`` and scores any
-    of their samples with the current model (``lm``, an lpes_hf whose scales may change in
-    between): ``scores(percent, indices)`` returns one number per sample, in ``mode``.
-    The prompt is exactly what ``lm_eval`` builds (``fewshot_context``: the task's answer
-    prefix, and the chat template when ``chat_template``).
-    """
-
-    def __init__(self, lm, task: str, percents, *, metadata=None, split="search", num_samples=200,
-                 mode="greedy", scorer="answer-logits", chat_template=None, task_manager=None, batch_size=1):
-        from lm_eval.tasks import TaskManager
-
-        from lpes_harness.tasks.position import resolve_task
-
-        self.lm, self.mode, self.scorer, self.batch_size = lm, mode, scorer, batch_size
-        position_task = resolve_task(task)
-        if chat_template is None:
-            chat_template = position_task.chat_template and has_chat_template(lm)
-        self.chat_template = bool(chat_template)
-        metadata = {**(metadata or {}), "split": split, "num_samples": num_samples}
-        self.task_manager = task_manager or TaskManager(metadata=metadata)
-        names = {percent: position_task.subtask_name(percent) for percent in sorted(set(percents))}
-        unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
-        if unknown:
-            raise ValueError(f"unknown position subtask(s) {unknown}; is the task name {task!r} right?")
-        # TaskManager.load returns every leaf task in a flat {name: task} dict.
-        task_dict = self.task_manager.load(sorted(names.values()))["tasks"]
-        self.tasks = {percent: task_dict[name] for percent, name in names.items()}
-        self.docs = {percent: list(t.eval_docs) for percent, t in self.tasks.items()}
-
-    def prompt(self, task, doc) -> str:
-        """The context lm-eval gives the model for ``doc`` (zero-shot)."""
-        return task.fewshot_context(
-            doc,
-            num_fewshot=0,
-            apply_chat_template=self.chat_template,
-            chat_template=self.lm.apply_chat_template if self.chat_template else None,
-            gen_prefix=task.doc_to_prefix(doc),
-        )
-
-    def scores(self, percent: int, indices: Sequence[int]) -> list[float]:
-        if not indices:
-            return []
-        task = self.tasks[percent]
-        docs = [self.docs[percent][i] for i in indices]
-        if self.mode == "generate":
-            return self._score_generate(task, docs)
-        return self._score_loglikelihood(task, docs)
-
-    def generate(self, task, docs) -> list[str]:
-        """The model's answers to ``docs`` of ``task``: lm-eval ``generate_until`` on these prompts."""
-        from lpes_harness.lmeval.requests import generate_requests
-
-        requests = generate_requests([(doc, self.prompt(task, doc)) for doc in docs], task.config.generation_kwargs)
-        return list(self.lm.generate_until(requests, disable_tqdm=True))
-
-    def _score_generate(self, task, docs) -> list[float]:
-        scores = []
-        for doc, output in zip(docs, self.generate(task, docs)):
-            metrics = task.process_results(doc, [output])
-            scores.append(float(next(iter(metrics.values()))))
-        return scores
-
-    def _score_loglikelihood(self, task, docs) -> list[float]:
-        delimiter = task.config.target_delimiter
-        pairs, owner = [], []
-        for i, doc in enumerate(docs):
-            context = self.prompt(task, doc)
-            for answer in gold_answers(task, doc):
-                pairs.append((context, delimiter + answer))
-                owner.append(i)
-        results = self._one_pass(pairs)
-        correct = [0.0] * len(docs)  # greedy: any gold answer is what greedy decoding writes
-        logprob = [-math.inf] * len(docs)  # mean log-probability per gold token, best over the gold answers
-        for i, result in zip(owner, results):
-            correct[i] = max(correct[i], 1.0 if result.is_greedy else 0.0)
-            logprob[i] = max(logprob[i], result.logprob / result.num_tokens)
-        if self.mode == "greedy":
-            return correct
-        if self.mode == "tiebreak":  # accuracy first, then the (geometric-mean) gold-token probability
-            return [c + TIEBREAK_EPS * math.exp(lp) for c, lp in zip(correct, logprob)]
-        return logprob
-
-    def _one_pass(self, pairs):
-        from lpes_harness.search.scoring import AnswerScore, score_answers
-
-        if self.scorer == "answer-logits":
-            return score_answers(self.lm, pairs, batch_size=self.batch_size)
-        from lpes_harness.lmeval.requests import answer_token_count, loglikelihood_requests
-
-        results = self.lm.loglikelihood(loglikelihood_requests(pairs), disable_tqdm=True)
-        return [
-            AnswerScore(logprob, is_greedy, answer_token_count(self.lm, *pair))
-            for pair, (logprob, is_greedy) in zip(pairs, results)
-        ]
-
-
-def has_chat_template(lm) -> bool:
-    tokenizer = getattr(lm, "tokenizer", None)
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
 class LMEvalFitness:
-    """``evaluate(individual, threshold) -> (fitness, info)`` for the search loop.
+    """``evaluate(scales, threshold=None) -> (fitness, info)`` for the search loop.
 
     Holds one loaded ``lpes_hf`` (an lm-eval HFLM) and a :class:`PositionScorer` over the
     gold positions of the three roles; a role with several positions (``multi_needle``'s
@@ -354,9 +226,12 @@ class LMEvalFitness:
         return self.scorer.chat_template
 
     # -- the loop's evaluate -------------------------------------------------------
-    def __call__(self, individual, threshold: float = -math.inf) -> tuple[float, dict]:
+    def __call__(self, scales: Sequence[float], threshold: float | None = None) -> tuple[float, dict]:
+        """The fitness of these layer scales; ``threshold`` (None: none) lets racing stop early."""
         started = time.perf_counter()
-        self.lm.set_scales(list(individual.scales))
+        if threshold is None:
+            threshold = -math.inf
+        self.lm.set_scales(list(scales))
         fitness, info = raced_fitness(
             self.score_chunk,
             self.sizes,
@@ -370,10 +245,6 @@ class LMEvalFitness:
         info["mode"] = self.config.mode
         info["eval_seconds"] = round(time.perf_counter() - started, 3)
         return fitness, info
-
-    def score_scales(self, scales) -> tuple[float, dict]:
-        """Fitness of a plain list of layer scales, never raced."""
-        return self(individual_with_scales(scales))
 
     # -- scoring ---------------------------------------------------------------------
     def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
@@ -394,26 +265,3 @@ class LMEvalFitness:
             for sample, score in zip(samples, self.scorer.scores(percent, samples)):
                 scored[(percent, sample)] = score
         return [scored[self.samples[role][i]] for i in indices]
-
-
-class _ScalesOnly(list):
-    """A stand-in individual: the only thing the fitness reads is ``.scales``."""
-
-
-def individual_with_scales(scales) -> _ScalesOnly:
-    individual = _ScalesOnly()
-    individual.scales = list(scales)
-    return individual
-
-
-def gold_answers(task, doc) -> list[str]:
-    """Every acceptable answer of a doc, as greedy decoding may write it.
-
-    A position task's ``greedy_answers`` (its answers plus other written forms, e.g. a KV
-    value in quotes), else its ``answers`` (MDQA has several), else the task's target.
-    """
-    if isinstance(doc, Mapping):
-        for key in ("greedy_answers", "answers"):
-            if doc.get(key):
-                return [str(a) for a in doc[key]]
-    return [str(task.doc_to_target(doc))]

@@ -10,10 +10,11 @@ per-layer genomes). Each of the ``generations`` that follow is::
     mutants   = num_mutants mutants of random parents
     population = parents + children + mutants
 
-The loop knows nothing of files, plots or lm-eval. The toolbox's operators only vary (as in
-DEAP's ``eaSimple``); the loop evaluates every individual itself, through ``evaluate(individual)
--> (fitness, info)`` (the individual is a list of ``(x, y)`` control points with its layer
-scales on ``individual.scales``; ``info`` must be JSON-serialisable), and reports to
+The loop knows nothing of files, plots or lm-eval. As in DEAP's ``eaSimple``, the toolbox's
+operators only vary, ``toolbox.evaluate`` is the user's pure function of the layer scales,
+``evaluate(scales, threshold=None) -> (fitness, info)`` (``info`` JSON-serialisable; the
+threshold only when it takes one, see racing in fitness.py), and the loop assigns each
+individual's fitness itself (``individual.fitness``, ``.scales``, ``.info``) and reports to
 callbacks, which observe it through their hooks (one dispatcher, :meth:`GeneticSearch._call_hooks`;
 ``on_exception`` when a run fails). A callback with state of its own keeps it in the search's
 state (``state_dict`` / ``load_state_dict``), as Lightning callbacks do.
@@ -52,7 +53,7 @@ from lpes_harness.search.config import SearchConfig  # noqa: F401 (re-exported)
 from lpes_harness.search.operators import build_toolbox, fitter
 
 STATE_FORMAT = 1
-EvaluateFn = Callable[[Any], "tuple[float, dict]"]
+EvaluateFn = Callable[..., "tuple[float, Any]"]  # (scales[, threshold=]) -> (fitness, info)
 
 
 def is_raced(individual) -> bool:
@@ -110,7 +111,6 @@ class GeneticSearch:
         self.spec = spec
         self.config = config
         self.callbacks = list(callbacks)
-        self._user_evaluate = evaluate
         # Racing (see fitness.py): an evaluate that takes `threshold` may stop early once an
         # individual provably cannot be selected as a parent.
         self._evaluate_takes_threshold = "threshold" in inspect.signature(evaluate).parameters
@@ -119,13 +119,13 @@ class GeneticSearch:
         self.toolbox = build_toolbox(
             spec,
             self.rng,
-            self._evaluate,
             max_dx=config.mutation_x,
             max_dy=config.mutation_y,
             crossover_tries=config.crossover_tries,
             num_parents=config.num_parents,
             mutation=config.mutation,
         )
+        self.toolbox.register("evaluate", evaluate)
         self.cache: dict[tuple[float, ...], tuple[float, Any]] = {}
         self.population: list | None = None  # the population of `completed_generation`
         self.completed_generation = -1
@@ -181,7 +181,8 @@ class GeneticSearch:
                 population.append(mutant)
         self._kept_fitnesses = []
         for individual in population:
-            self._kept_fitnesses.append(self.toolbox.evaluate(individual))
+            self._assign_fitness(individual)
+            self._kept_fitnesses.append(individual.fitness.values[0])
         return population
 
     def _next_generation(self, population: list) -> list:
@@ -190,9 +191,9 @@ class GeneticSearch:
         children = []
         for _ in range(self.config.num_crossovers):
             parent1, parent2 = self.rng.sample(parents, 2)
-            offspring, _origin = self.toolbox.mate(parent1, parent2)
+            offspring = self.toolbox.mate(parent1, parent2)
             for child in offspring:
-                self.toolbox.evaluate(child)
+                self._assign_fitness(child)
             child = fitter(offspring)
             children.append(child)
             self._kept_fitnesses.append(child.fitness.values[0])
@@ -200,12 +201,13 @@ class GeneticSearch:
         for _ in range(self.config.num_mutants):
             (mutant,) = self.toolbox.mutate(self.toolbox.clone(self.rng.choice(parents)))
             mutant.origin = "mutant"
-            self._kept_fitnesses.append(self.toolbox.evaluate(mutant))
+            self._assign_fitness(mutant)
+            self._kept_fitnesses.append(mutant.fitness.values[0])
             mutants.append(mutant)
         return parents + children + mutants
 
-    def _evaluate(self, individual) -> float:
-        """Fitness of one individual, from the cache or from ``evaluate``; reports it to callbacks."""
+    def _assign_fitness(self, individual) -> None:
+        """Sets one individual's fitness, from the cache or ``toolbox.evaluate``; reports it to callbacks."""
         scales = self.spec.scales(individual)
         individual.scales = scales
         key = cache_key(scales, self.config.cache_decimals)
@@ -215,7 +217,7 @@ class GeneticSearch:
         if cached:
             fitness, info = self.cache[key]
         else:
-            fitness, info = self._call_evaluate(individual)
+            fitness, info = self._call_evaluate(scales, individual)
             self.cache[key] = (fitness, info)
             self.evaluations += 1
         seconds = time.perf_counter() - started
@@ -238,7 +240,6 @@ class GeneticSearch:
             self.best = {k: record[k] for k in ("index", "generation", "genome", "scales", "fitness", "info")}
         if index >= self._replay_until:
             self._call_hooks("on_individual", record)
-        return fitness
 
     def selection_threshold(self) -> float:
         """Fitness an individual must reach to possibly be among the next parents.
@@ -253,11 +254,12 @@ class GeneticSearch:
             return -math.inf
         return kept[self.config.num_parents - 1]
 
-    def _call_evaluate(self, individual) -> tuple[float, Any]:
+    def _call_evaluate(self, scales: list[float], individual) -> tuple[float, Any]:
+        """``toolbox.evaluate`` on the scales alone; ``individual`` only names the genome in errors."""
         if self._evaluate_takes_threshold:
-            returned = self._user_evaluate(individual, threshold=self.selection_threshold())
+            returned = self.toolbox.evaluate(list(scales), threshold=self.selection_threshold())
         else:
-            returned = self._user_evaluate(individual)
+            returned = self.toolbox.evaluate(list(scales))
         try:
             fitness, info = returned
             fitness = float(fitness)

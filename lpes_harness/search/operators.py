@@ -23,9 +23,8 @@
   mutant is a new individual.
 * ``mate``: single-point crossover. A random index ``k`` is drawn and control point ``k`` is
   swapped between the parents, giving two children; the valid, new ones (not equal to a
-  parent) are returned, and the loop evaluates them and keeps the fitter (the first child
-  on a tie). Up to
-  ``N_ct`` indices are tried. **Fallback:** when no try gives a valid new child (e.g. the
+  parent) are returned, and the loop evaluates them and keeps the fitter (:func:`fitter`,
+  the first child on a tie). Up to ``N_ct`` indices are tried. **Fallback:** when no try gives a valid new child (e.g. the
   parents are identical, or every swap breaks the x order), the child is a mutant of the
   fitter parent, so each crossover slot still yields one new evaluated individual.
 * ``select``: the ``N_pa`` fittest individuals (``deap.tools.selBest``; ties keep population order).
@@ -48,6 +47,15 @@ MAX_MUTATION_DRAWS = 100_000
 MUTATIONS = ("paper", "joint")
 
 
+def check_mutation(mode: str) -> str:
+    """``mode`` if it is a mutation mode, else ``ValueError`` naming the accepted ones.
+
+    The one check of the mode: the config, the command line's checks and the operators call it."""
+    if mode not in MUTATIONS:
+        raise ValueError(f"mutation {mode!r} is not one of {', '.join(MUTATIONS)}")
+    return mode
+
+
 def grid_steps(distance: float, step: float) -> int:
     """How many whole grid steps fit in ``distance`` (so a move never exceeds it)."""
     return int(math.floor(distance / step + 1e-9))
@@ -60,9 +68,7 @@ def x_intervals(xs: list[int], steps: int, last_cell: int, mode: str = "paper") 
     increases): ``max(x_{k-1} + 1, x_k - steps) .. min(x_{k+1} - 1, x_k + steps)``, with
     ``-1`` and ``last_cell + 1`` as the outer neighbours. ``joint``: ``[0, last_cell]`` only.
     """
-    if mode not in MUTATIONS:
-        raise ValueError(f"mutation {mode!r} is not one of {', '.join(MUTATIONS)}")
-    if mode == "joint":
+    if mode == "joint":  # the mode was checked by the caller (mutate)
         return [range(max(0, x - steps), min(last_cell, x + steps) + 1) for x in xs]
     before, after = [-1, *xs[:-1]], [*xs[1:], last_cell + 1]
     return [range(max(lo + 1, x - steps), min(hi - 1, x + steps) + 1) for lo, x, hi in zip(before, xs, after)]
@@ -74,8 +80,7 @@ def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, m
     ``mode`` is ``"paper"`` (Equation 4: each x stays between its old neighbours) or
     ``"joint"`` (wider: each x anywhere in ``[0, L-1]`` within ``Mx``); see the module docstring.
     """
-    if mode not in MUTATIONS:
-        raise ValueError(f"mutation {mode!r} is not one of {', '.join(MUTATIONS)}")
+    check_mutation(mode)
     problems = spec.violations(individual)
     if problems:
         raise ValueError(f"cannot mutate an invalid genome {list(individual)}: {'; '.join(problems)}")
@@ -149,11 +154,11 @@ def _draw_y(j: int, steps: int, last_cell: int, rng: random.Random) -> int:
 
 
 def crossover(parent1, parent2, *, spec: GenomeSpec, rng: random.Random, mutate_fallback: Callable, max_tries: int):
-    """Single-point crossover; returns ``(children, origin)``, the children not yet evaluated.
+    """Single-point crossover; returns the children (one or two), not yet evaluated.
 
-    ``children`` are the valid new ones of the two a swap gives (one or two), with origin
-    ``"crossover"``; or, when no try gives one, a mutant of the fitter parent (origin
-    ``"crossover_fallback"``). The caller evaluates them and keeps the fitter (:func:`fitter`).
+    They are the valid new ones of the two a swap gives, each with ``origin`` ``"crossover"``;
+    or, when no try gives one, a mutant of the fitter parent (``origin`` ``"crossover_fallback"``).
+    The caller evaluates them and keeps the fitter (:func:`fitter`).
     """
     for _ in range(max_tries):
         k = rng.randrange(len(parent1))
@@ -165,10 +170,10 @@ def crossover(parent1, parent2, *, spec: GenomeSpec, rng: random.Random, mutate_
         if children:
             for child in children:
                 child.origin = "crossover"  # read by the loop's history records
-            return children, "crossover"
+            return children
     (child,) = mutate_fallback(make_individual(fitter((parent1, parent2))))
     child.origin = "crossover_fallback"
-    return (child,), "crossover_fallback"
+    return (child,)
 
 
 def fitter(individuals):
@@ -180,24 +185,9 @@ def fitter(individuals):
     return best
 
 
-def mate(parent1, parent2, *, spec: GenomeSpec, rng: random.Random, evaluate: Callable, mutate_fallback: Callable,
-         max_tries: int):
-    """:func:`crossover`, then each child evaluated and the fitter kept; returns ``(child, origin)``.
-
-    What the search loop does with ``toolbox.mate``'s children, as one call.
-    ``evaluate(individual)`` must set ``individual.fitness.values``.
-    """
-    children, origin = crossover(parent1, parent2, spec=spec, rng=rng, mutate_fallback=mutate_fallback,
-                                 max_tries=max_tries)
-    for child in children:
-        evaluate(child)
-    return fitter(children), origin
-
-
 def build_toolbox(
     spec: GenomeSpec,
     rng: random.Random,
-    evaluate: Callable,
     *,
     max_dx: float = 2.0,
     max_dy: float = 0.2,
@@ -205,21 +195,19 @@ def build_toolbox(
     num_parents: int = 12,
     mutation: str = "paper",
 ) -> base.Toolbox:
-    """A DEAP toolbox with ``evaluate``, ``mutate``, ``mate`` and ``select`` bound to one search.
+    """A DEAP toolbox with ``clone``, ``mutate``, ``mate`` and ``select`` bound to one search.
 
-    The operators only vary (as in DEAP's ``eaSimple``); the loop evaluates:
-    ``toolbox.mutate(toolbox.clone(parent))`` returns ``(mutant,)`` and ``toolbox.mate(p1, p2)``
-    returns ``(children, origin)`` (see :func:`crossover`), none of them evaluated;
-    ``toolbox.evaluate(individual)`` is the search's evaluation.
+    The operators only vary (as in DEAP's ``eaSimple``): ``toolbox.mutate(toolbox.clone(parent))``
+    returns ``(mutant,)`` and ``toolbox.mate(p1, p2)`` the children (see :func:`crossover`), none
+    of them evaluated. The loop registers ``evaluate`` (a pure function of the layer scales) and
+    assigns the fitness itself.
     """
     if crossover_tries < 1:
         raise ValueError(f"crossover_tries (N_ct) must be >= 1, got {crossover_tries}")
     if max_dx < 0 or max_dy < 0:
         raise ValueError(f"mutation steps must be >= 0, got Mx={max_dx}, My={max_dy}")
-    if mutation not in MUTATIONS:
-        raise ValueError(f"mutation {mutation!r} is not one of {', '.join(MUTATIONS)}")
+    check_mutation(mutation)  # now, not at the first mutant
     toolbox = base.Toolbox()
-    toolbox.register("evaluate", evaluate)
     toolbox.register("clone", make_individual)
     toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy, mode=mutation)
     toolbox.register("mate", crossover, spec=spec, rng=rng, mutate_fallback=toolbox.mutate, max_tries=crossover_tries)

@@ -246,16 +246,13 @@ def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
 
 def _load_or_run_sweep(output: Path, args, fitness, n_layers: int) -> dict:
     """The sweep of this run: read back on --resume (same values), else scored now and saved."""
-    from lpes_harness.search.fitness import individual_with_scales
-
     path = output / "sweep.json"
     if args.resume and path.exists():
         saved = json.loads(path.read_text())
         if [p["scale"] for p in saved["points"]] == sorted(args.sweep_values):
             return saved
     print(f"sweep: uniform scales {', '.join(f'{v:g}' for v in args.sweep_values)}", flush=True)
-    sweep = run_sweep(lambda scales, threshold: fitness(individual_with_scales(scales), threshold),
-                      args.sweep_values, n_layers)
+    sweep = run_sweep(fitness, args.sweep_values, n_layers)
     for point in sweep["points"]:
         info = point["info"] or {}
         print(f"  uniform {point['scale']:g}: fitness {point['fitness']:.4f}{' (raced out)' if info.get('raced') else ''} "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lpes_harness.search.operators import MUTATIONS
+from lpes_harness.search.operators import check_mutation
 
 _MISSING = object()
 # flag -> (attribute, smallest value): the search sizes.
@@ -90,8 +90,11 @@ def _check_mutation(args) -> None:
         if value is not _MISSING and (not _is_number(value) or value < 0):
             raise ValueError(f"{flag} {value!r}: must be a finite number >= 0")
     mutation = _get(args, "mutation")
-    if mutation is not _MISSING and mutation not in MUTATIONS:
-        raise ValueError(f"--mutation {mutation!r}: must be one of {', '.join(MUTATIONS)}")
+    if mutation is not _MISSING:
+        try:
+            check_mutation(mutation)
+        except ValueError as err:
+            raise ValueError(f"--{err}") from None  # the flag's name, as the other checks give it
     mx, my, y_step = _get(args, "mx"), _get(args, "my"), _get(args, "y_step")
     if _MISSING in (mx, my, y_step) or not _is_number(y_step) or y_step <= 0:
         return

@@ -19,7 +19,7 @@ layer (``logits_to_keep`` is one slice for the whole batch, so it cannot do this
 Prompts with one answer go in one forward over prompt + answer; prompts with several answers
 first run the prompt (all rows in one forward, keeping the cache), then every answer of every
 row in a second forward on a copy of its row's cache. In float32 the batched scores equal the
-per-prompt ones to rounding (tests/test_search_scoring.py).
+per-prompt ones to rounding (tests/test_lmeval_answer_logits_batched.py).
 
 Tokenisation is lm-eval's own (:func:`lpes_harness.lmeval.requests.encode_pair`, which moves the context's trailing spaces
 into the continuation). A sequence longer than the model's window is truncated from the left

@@ -5,7 +5,7 @@ import torch
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.lm import LPESLM
-from lpes_harness.search.scoring import resolve_batch_size, score_answers
+from lpes_harness.lmeval.answer_logits import resolve_batch_size, score_answers
 
 # Mixed lengths (padding in every batch), one or several answers per context, answers of
 # different lengths, and a context repeated in the list of pairs.
@@ -104,7 +104,7 @@ def test_auto_is_a_small_batch_on_a_cpu(lm):
 
 
 def test_auto_halves_the_batch_on_out_of_memory_and_remembers_what_fits(lm, monkeypatch):
-    from lpes_harness.search import scoring
+    from lpes_harness.lmeval import answer_logits as scoring
 
     real = scoring._score_batch
     tried = []
