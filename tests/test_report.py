@@ -5,6 +5,7 @@ import json
 import pytest
 
 from lpes_harness import report
+from lpes_harness.analysis.search_history import ReportError, history_by_generation, population_stats, read_history
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -165,14 +166,14 @@ def test_report_search_section_and_plots(two_methods):
 
 def test_history_smoothness_by_generation_matches_second_differences(two_methods):
     _, _, history = two_methods
-    rows = report.history_by_generation(report.read_history(history))
+    rows = history_by_generation(read_history(history))
     assert [r["generation"] for r in rows] == [0, 1]
     assert rows[0]["best_smoothness"] == pytest.approx(abs(1.2 - 2 * 1.3 + 1.5))
     assert rows[0]["mean_smoothness"] == pytest.approx((0.1 + abs(1.1 - 3.8 + 1.0)) / 2)
 
 
 def test_missing_results_path_is_named(tmp_path):
-    with pytest.raises(report.ReportError, match="'.*nowhere' does not exist"):
+    with pytest.raises(ReportError, match="'.*nowhere' does not exist"):
         report.write_report([str(tmp_path / "nowhere")], tmp_path / "out")
 
 
@@ -194,6 +195,6 @@ def test_population_statistics_come_from_generations_jsonl_when_present(tmp_path
         json.dumps({"generation": 0, "best_fitness": 0.5, "mean_fitness": 0.5, "best_scales": [1.0, 1.1, 1.2]}) + "\n"
         + json.dumps({"generation": 1, "best_fitness": 0.5, "mean_fitness": 0.35, "best_scales": [1.0, 1.1, 1.2]}) + "\n"
     )
-    rows = report.population_stats(tmp_path / "generations.jsonl")
+    rows = population_stats(tmp_path / "generations.jsonl")
     assert [r["best_fitness"] for r in rows] == [0.5, 0.5]
-    assert [r["best_fitness"] for r in report.history_by_generation(report.read_history(history))] == [0.5, 0.2]
+    assert [r["best_fitness"] for r in history_by_generation(read_history(history))] == [0.5, 0.2]

@@ -13,4 +13,6 @@
   (``baseline_rows``) on the same held-out samples, with intervals and paired tests (``stats``);
   every scored block is kept by ``score_cache``.
 - ``validity`` (``lpes-check``): does a position task measure retrieval on this model?
+- ``results_files``, ``report_tables``, ``search_history``, ``logged_samples``: what ``lpes-report``
+  (:mod:`lpes_harness.report`) reads and renders.
 """

@@ -1,0 +1,128 @@
+"""lm-eval results files, read for the report: one :class:`Method` per ``[METHOD=]PATH`` argument.
+
+A method's scores are merged from its results JSON files (``lm_eval --output_path``; a folder is
+searched for ``results*.json``), with lm-eval's sample counts, the suites' subtasks as the results
+list them, the ``lpes_scales`` of its config, and, where the run logged samples
+(``--log_samples``), each position or multiple-choice subtask's per-sample scores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lpes_harness.analysis.logged_samples import logged_scores
+from lpes_harness.analysis.search_history import ReportError
+from lpes_harness.named_path import split_named_path
+from lpes_harness.tasks.suites.multiple_choice import SUITES
+
+POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
+MULTIPLE_CHOICE_SUITES = tuple(SUITES)
+MULTIPLE_CHOICE_PREFIXES = tuple(f"{suite}_" for suite in MULTIPLE_CHOICE_SUITES)  # their subject tasks
+# Metrics that are not scores: left out of the tables.
+SKIPPED_METRICS = ("_stderr", "alias", "samples")
+
+
+def result_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("results*.json") if p.is_file())
+        if files:
+            return files
+        raise ReportError(f"{str(path)!r} holds no results*.json file (lm_eval --output_path writes them)")
+    raise ReportError(f"{str(path)!r} does not exist; give a results JSON file or a folder of them")
+
+
+def read_results(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path}: not JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        raise ReportError(f"{path}: no 'results' object; is this an lm-eval results file?")
+    return data
+
+
+class Method:
+    """One method's scores, merged from its results files: task -> metric -> value."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.scores: dict[str, dict[str, float]] = {}
+        self.task_metadata: dict[str, dict] = {}
+        self.scales: list[float] | None = None
+        self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
+        self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
+        self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
+
+    def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
+        for task, entry in data["results"].items():
+            metrics = self.scores.setdefault(task, {})
+            for key, value in entry.items():
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or any(s in key for s in SKIPPED_METRICS):
+                    continue
+                metrics[key.split(",")[0]] = float(value)
+        for group, subtasks in (data.get("group_subtasks") or {}).items():
+            if subtasks:
+                self.suites.setdefault(group, list(subtasks))
+        for task, config in (data.get("configs") or {}).items():
+            self.task_metadata[task] = config.get("metadata") or {}
+        scales = (data.get("config") or {}).get("lpes_scales")
+        if scales:
+            self.scales = [float(s) for s in scales]
+        for task, counts in (data.get("n-samples") or {}).items():
+            count = (counts or {}).get("effective", (counts or {}).get("original"))
+            if isinstance(count, int) and count > 0:
+                self.counts[task] = count
+        if file is not None:
+            metrics = {t: m[0] for t in data["results"] if POSITION_SUBTASK.match(t) and (m := main_metric(self, t))}
+            # Multiple-choice subjects too (a group has no samples file, so only subjects are read):
+            # "within a point of vanilla" needs a paired interval over the same questions.
+            metrics.update({t: "acc" for t in data["results"] if t.startswith(MULTIPLE_CHOICE_PREFIXES)})
+            self.samples.update(logged_scores(file, metrics))
+
+    def get(self, task: str, metric: str) -> float | None:
+        return self.scores.get(task, {}).get(metric)
+
+
+def suite_tasks(methods: Sequence[Method], group: str, default: Sequence[str]) -> tuple[str, ...]:
+    """The subtasks of suite ``group`` as the results list them (lm-eval's ``group_subtasks``), else ``default``."""
+    for method in methods:
+        if method.suites.get(group):
+            return tuple(method.suites[group])
+    return tuple(default)
+
+
+def load_methods(sources: Sequence[str]) -> list[Method]:
+    """One method per name; a source without ``METHOD=`` is named after its folder or file."""
+    methods: dict[str, Method] = {}
+    for source in sources:
+        name, path = split_named_path(source)
+        path = Path(path)
+        for file in result_files(path):
+            method_name = name or (path.name if path.is_dir() else file.stem)
+            methods.setdefault(method_name, Method(method_name)).add(read_results(file), file)
+    if not methods:
+        raise ReportError("no results given; pass one or more [METHOD=]PATH arguments")
+    return list(methods.values())
+
+
+def main_metric(method: Method, task: str) -> tuple[str, float] | None:
+    """A task's headline metric (name, value): accuracy, exact match, F1, ZeroSCROLLS' ROUGE mean, else the first."""
+    metrics = method.scores.get(task) or {}
+    for name in ("accuracy", "acc", "exact_match", "f1"):
+        if name in metrics:
+            return name, metrics[name]
+    if {"rouge1", "rouge2", "rougeL"} <= set(metrics):
+        return "rouge_gm", rouge_geometric_mean(metrics)
+    return next(iter(metrics.items()), None)
+
+
+def rouge_geometric_mean(metrics: Mapping[str, float]) -> float:
+    """ZeroSCROLLS' summary score: the geometric mean of ROUGE-1, -2 and -L."""
+    values = [max(metrics[k], 0.0) for k in ("rouge1", "rouge2", "rougeL")]
+    return (values[0] * values[1] * values[2]) ** (1 / 3)
