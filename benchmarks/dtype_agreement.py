@@ -68,7 +68,7 @@ def random_genomes(spec, count: int, seed: int) -> list:
 
 
 def main(argv=None) -> int:
-    from lpes_harness.search.run import PROFILES
+    from lpes_harness.search.cli import PROFILES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="cpu-bf16", choices=["cpu", "cpu-bf16"],

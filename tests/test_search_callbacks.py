@@ -8,16 +8,8 @@ import os
 import pytest
 
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.search.callbacks import (
-    CheckpointCallback,
-    HistoryCallback,
-    PlotCallback,
-    ProgressCallback,
-    atomic_write_json,
-    atomic_write_text,
-    load_checkpoint,
-    read_jsonl,
-)
+from lpes_harness.files import atomic_write_json, atomic_write_text, read_jsonl
+from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
 
 CONFIG = SearchConfig(population_size=6, num_parents=2, num_mutants=3, num_crossovers=1, generations=2, seed=0)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,6 +80,25 @@ def test_checkpoint_is_written_after_every_individual_and_loads_back(tmp_path):
     assert seen == list(range(1, len(seen) + 1))
     assert [p.name for p in path.parent.iterdir()] == ["checkpoint.json"]  # no temporary files left
     assert load_checkpoint(path)["completed_generation"] == CONFIG.generations
+
+
+def test_the_checkpoint_costs_one_journal_line_per_individual_and_a_whole_state_per_generation(tmp_path, monkeypatch):
+    from lpes_harness.search import callbacks
+
+    spec = GenomeSpec(num_layers=10, num_points=3)
+    path = tmp_path / "checkpoint.json"
+    whole, journal = [], []
+
+    class Spy(CheckpointCallback):
+        def on_individual(self, search, record):
+            super().on_individual(search, record)
+            journal.append(len(read_jsonl(self.journal)))
+
+    monkeypatch.setattr(callbacks, "atomic_write_json", lambda target, data: whole.append(data["processed_total"]))
+    GeneticSearch(spec, fitness, CONFIG, [Spy(path)]).run()
+    assert len(whole) == 1 + CONFIG.generations + 1  # the start, then each generation's end (0 included)
+    # The journal grows by one line per individual and starts afresh after each whole state.
+    assert all(b == a + 1 or b == 1 for a, b in zip(journal, journal[1:])) and journal[0] == 1
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):

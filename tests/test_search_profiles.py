@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lpes_harness.search.run import PROFILES, parse_args
+from lpes_harness.search.cli import PROFILES, parse_args
 
 
 @pytest.fixture

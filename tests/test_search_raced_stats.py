@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
+from lpes_harness.files import read_jsonl
+from lpes_harness.plots import plot_fitness
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.search import callbacks as callbacks_module
-from lpes_harness.search.callbacks import HistoryCallback, PlotCallback, ProgressCallback, generation_postfix, read_jsonl
+from lpes_harness.search.callbacks import HistoryCallback, PlotCallback, ProgressCallback, generation_postfix
+from lpes_harness.search.loop import Callback
 
 SPEC = GenomeSpec(num_layers=10, num_points=3)
 CONFIG = SearchConfig(population_size=8, num_parents=3, num_mutants=4, num_crossovers=1, generations=3, seed=2)
@@ -30,7 +32,7 @@ def racing_fitness(scales, threshold=-math.inf):
 def run(tmp_path, *callbacks):
     recorded = []
 
-    class Keep(callbacks_module.Callback):
+    class Keep(Callback):
         def on_generation_end(self, search, stats):
             recorded.append([(ind.fitness.values[0], ind.info["raced"], list(ind.scales)) for ind in search.population])
 
@@ -99,5 +101,5 @@ def test_fitness_plot_marks_raced_individuals_apart_and_keeps_them_out_of_the_me
 
 def test_old_generation_statistics_still_plot(tmp_path):
     old = [{"generation": 0, "best_fitness": 0.4, "mean_fitness": 0.2}, {"generation": 1, "best_fitness": 0.5, "mean_fitness": 0.3}]
-    callbacks_module.plot_fitness(tmp_path / "fitness.png", old)
+    plot_fitness(tmp_path / "fitness.png", old)
     assert (tmp_path / "fitness.png").read_bytes().startswith(b"\x89PNG")

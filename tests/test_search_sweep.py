@@ -3,7 +3,8 @@
 import pytest
 
 from lpes_harness.search.genome import GenomeSpec, initial_genome
-from lpes_harness.search.loop import GeneticSearch, SearchConfig
+from lpes_harness.search.config import SearchConfig
+from lpes_harness.search.loop import GeneticSearch
 from lpes_harness.search.sweep import parse_sweep, run_sweep, snap_initial_y
 
 LAYERS = 8

@@ -6,7 +6,8 @@
 """
 
 from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome, random_genome
-from lpes_harness.search.loop import Callback, GeneticSearch, SearchConfig, cache_key
+from lpes_harness.search.config import SearchConfig
+from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 
 __all__ = [
     "Callback",

@@ -6,6 +6,11 @@ temporary file in the same folder, fsynced, then ``os.replace``-d over the targe
 kill leaves either the old file or the new one. ``history.jsonl`` is appended one line
 per individual in a single write; on resume it is cut back to the individuals the
 checkpoint covers, dropping any line written after the last checkpoint.
+
+The checkpoint costs O(1) per individual, as Lightning checkpoints at epoch ends: the whole
+state (``checkpoint.json``) is written when the search starts, at the end of each generation
+and when it fails; in between each individual appends one line to ``checkpoint.jsonl`` (its
+index, cache key, fitness and info). :func:`load_checkpoint` reads both back as one state.
 """
 
 from __future__ import annotations
@@ -15,27 +20,43 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from lpes_harness.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_jsonl  # noqa: F401 (re-exported)
-from lpes_harness.plots import plot_curve, plot_fitness  # noqa: F401 (re-exported)
-from lpes_harness.search.loop import Callback, GeneticSearch
+from lpes_harness.files import atomic_write_json, atomic_write_text, read_jsonl
+from lpes_harness.plots import plot_curve, plot_fitness
+from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 
-# ------------------------------------------------------------------- atomic files
+# ------------------------------------------------------------------- checkpoint
+
+
+def journal_path(path: str | os.PathLike) -> Path:
+    """The per-individual lines that complete the checkpoint at ``path`` (``checkpoint.jsonl``)."""
+    return Path(path).with_suffix(".jsonl")
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a checkpoint written by :class:`CheckpointCallback` (for ``GeneticSearch.load_state_dict``)."""
+    """The state a :class:`CheckpointCallback` saved (for ``GeneticSearch.load_state_dict``): the whole
+    state at ``path``, with the individuals its journal added since."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no search checkpoint at {path}; nothing to resume")
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        state = json.load(handle)
+    # A torn last line (a kill mid-write) is skipped: that one individual is evaluated again.
+    for line in read_jsonl(journal_path(path)):
+        if line["index"] < state["processed_total"]:
+            continue  # the whole state was written after it (a kill before the journal was removed)
+        state["cache"].append([line["key"], line["fitness"], line["info"]])
+        state["processed_total"] = line["index"] + 1
+        if "callbacks" in line:
+            state["callbacks"] = line["callbacks"]
+    return state
 
 
 # -------------------------------------------------------------------- callbacks
 
 
 class CheckpointCallback(Callback):
-    """Saves ``search.state_dict()`` after every processed individual and every generation.
+    """Saves ``search.state_dict()`` at the start, at every generation's end and on failure, and
+    appends each processed individual to the journal (:func:`journal_path`) in between.
 
     ``extra`` keys are saved next to the state (e.g. ``{"fingerprint": ...}`` from
     :mod:`lpes_harness.search.fingerprint`, which a resume compares); ``load_state_dict``
@@ -44,13 +65,26 @@ class CheckpointCallback(Callback):
 
     def __init__(self, path: str | os.PathLike, extra: dict | None = None):
         self.path = Path(path)
+        self.journal = journal_path(self.path)
         self.extra = dict(extra or {})
 
     def _write(self, search: GeneticSearch) -> None:
         atomic_write_json(self.path, {**search.state_dict(), **self.extra})
+        # The whole state holds everything the journal did: it starts afresh. (A kill between the
+        # two leaves old lines, which load_checkpoint skips by their index.)
+        self.journal.unlink(missing_ok=True)
+
+    def on_search_start(self, search: GeneticSearch) -> None:
+        if not search.resumed:  # a resumed run's checkpoint and journal are still good: keep appending
+            self._write(search)
 
     def on_individual(self, search: GeneticSearch, record: dict) -> None:
-        self._write(search)
+        line = {"index": record["index"], "key": list(cache_key(record["scales"], search.config.cache_decimals)),
+                "fitness": record["fitness"], "info": record["info"]}
+        callbacks = search.callback_states()
+        if callbacks:
+            line["callbacks"] = callbacks
+        _append_line(self.journal, line)
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._write(search)

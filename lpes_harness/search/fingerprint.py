@@ -21,6 +21,10 @@ Sections of the fingerprint (a JSON object):
 ``search`` (when the settings hold them)
     the GA's sizes, steps, seed, mutation and genome settings. ``generations`` alone may grow
     (to extend a finished run).
+
+:func:`state_mismatches` applies the same comparison to a saved search state's own ``spec`` and
+``config`` (what ``GeneticSearch.load_state_dict`` checks): resume compatibility is decided here
+alone.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ FITNESS_KEYS = ("task", "metadata", "mode", "scorer", "weights", "positions", "n
 SEARCH_KEYS = ("population", "population_size", "parents", "num_parents", "mutants", "num_mutants", "crossovers",
                "num_crossovers", "generations", "mx", "mutation_x", "my", "mutation_y", "crossover_tries", "seed",
                "mutation", "curve", "control_points", "brute_force", "y_min", "y_max", "y_step", "initial_y", "sweep")
-MAY_GROW = {"search.generations"}
+MAY_GROW = {"search.generations", "config.generations"}
 VERSIONED = ("lm_eval", "transformers")
 # Files of a local model directory that define the model (weights, config, tokenizer).
 MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".gguf", ".model", ".jinja", ".txt", ".tiktoken", ".py", ".pt")
@@ -91,6 +95,15 @@ def mismatches(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str
             continue
         lines.append(f"{key}: saved {_show(old)}, now {_show(new)}")
     return lines
+
+
+def state_mismatches(saved_state: Mapping[str, Any], spec: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """One line per difference between a saved search state's ``spec`` / ``config`` and these
+    (``config.seed: saved 1, now 5``); ``generations`` may grow."""
+    # States from before the mutation option used the joint draw.
+    saved_config = {"mutation": "joint", **saved_state["config"]}
+    return mismatches({"format": FORMAT, "spec": saved_state["spec"], "config": saved_config},
+                      {"format": FORMAT, "spec": dict(spec), "config": dict(config)})
 
 
 # ---------------------------------------------------------------------------- settings

@@ -49,7 +49,8 @@ from typing import Any, Callable, Sequence
 
 from lpes_harness.curves import smoothness
 from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
-from lpes_harness.search.config import SearchConfig  # noqa: F401 (re-exported)
+from lpes_harness.search.config import SearchConfig
+from lpes_harness.search.fingerprint import state_mismatches
 from lpes_harness.search.operators import build_toolbox, fitter
 
 STATE_FORMAT = 1
@@ -335,28 +336,24 @@ class GeneticSearch:
             "processed_total": self.processed,
             "cache": [[list(key), fitness, info] for key, (fitness, info) in self.cache.items()],
         }
-        callbacks = {cb.state_key: own for cb in self.callbacks if (own := cb.state_dict())}
-        if callbacks:  # only callbacks with state of their own
+        callbacks = self.callback_states()
+        if callbacks:
             state["callbacks"] = callbacks
         return state
+
+    def callback_states(self) -> dict:
+        """The state of each callback with state of its own, by its ``state_key``."""
+        return {cb.state_key: own for cb in self.callbacks if (own := cb.state_dict())}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a :meth:`state_dict`; :meth:`run` then continues where it stopped.
 
-        The spec and config must match the saved ones, except ``generations``, which may
-        grow to extend a finished run.
+        The spec and config must match the saved ones (:func:`~lpes_harness.search.fingerprint.state_mismatches`),
+        except ``generations``, which may grow to extend a finished run.
         """
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"unsupported search state format {state.get('format')!r}; expected {STATE_FORMAT}")
-        saved_sections = {"spec": state["spec"], "config": dict(state["config"])}
-        # Checkpoints from before the mutation option used the joint draw.
-        saved_sections["config"].setdefault("mutation", "joint")
-        mismatches = [
-            f"{name}: saved {saved!r}, now {current!r}"
-            for section, now in (("spec", self.spec.to_dict()), ("config", self.config.to_dict()))
-            for name, current in now.items()
-            if name != "generations" and (saved := saved_sections[section].get(name)) != current
-        ]
+        mismatches = state_mismatches(state, self.spec.to_dict(), self.config.to_dict())
         if mismatches:
             raise ValueError("the checkpoint was made with different settings: " + "; ".join(mismatches))
         version, internal, gauss_next = state["rng_state"]

@@ -9,7 +9,8 @@ Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
 - ``history.jsonl``     every individual: genome, scales, per-position scores, fitness, time;
 - ``generations.jsonl`` best / mean fitness and smoothness per generation;
 - ``curve.png``, ``fitness.png``;
-- ``checkpoint.json``   the full search state after every individual (``--resume``).
+- ``checkpoint.json``   the full search state at every generation's end, and ``checkpoint.jsonl``
+                        one line per individual since (``--resume`` reads both).
 """
 
 from __future__ import annotations
@@ -22,19 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.search.callbacks import (
-    CheckpointCallback,
-    HistoryCallback,
-    PlotCallback,
-    ProgressCallback,
-    atomic_write_json,
-    load_checkpoint,
-)
+from lpes_harness.files import atomic_write_json
 from lpes_harness.models import choose_dtype, default_device
-from lpes_harness.search.cli import PROFILES, build_parser, parse_args  # noqa: F401 (the command line)
+from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
+from lpes_harness.search.cli import parse_args
+from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint, mismatches
 from lpes_harness.search.fitness import FitnessConfig
-from lpes_harness.search.loop import Callback, GeneticSearch, SearchConfig, cache_key
+from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.sweep import plot_sweep, run_sweep, snap_initial_y
 
 # ----------------------------------------------------------------------------- callbacks
