@@ -17,7 +17,7 @@ from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
 from lpes_harness.models import hflm_model_args
-from lpes_harness.scales_file import SCALES_FORMS, ScalesArgs, parse_scales, parse_scales_args  # noqa: F401 (re-exported)
+from lpes_harness.scales_args import parse_scales_args
 
 
 def resolve_layer_scales(
@@ -32,7 +32,7 @@ def resolve_layer_scales(
 
     ``pi=True`` replaces them by their mean, used uniformly: the paper's Position
     Interpolation baseline built from a set of LPES scales (alone, it averages ``saved``,
-    the scales a model was saved with). Checks and messages: :mod:`lpes_harness.scales_file`.
+    the scales a model was saved with). Checks and messages: :mod:`lpes_harness.scales_args`.
     """
     return parse_scales_args(scales, control_points, curve, pi).layer_scales(num_layers, saved)
 

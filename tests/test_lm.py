@@ -9,7 +9,8 @@ from lm_eval.api.instance import Instance
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness import curves, rope
-from lpes_harness.lm import LPESLM, parse_scales
+from lpes_harness.lm import LPESLM
+from lpes_harness.scales_args import parse_scales
 from lpes_harness.scales_file import ScalesError, ScalesFileError, write_scales_file
 
 REQUESTS = [("The quick brown", " fox jumps"), ("Lost in the", " middle of it"), ("abc", "def")]

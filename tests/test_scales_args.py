@@ -8,15 +8,8 @@ import pytest
 
 from lpes_harness import rope
 from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
-from lpes_harness.scales_file import (
-    SAVED_SCALES_KEY,
-    ScalesError,
-    check_model_args,
-    gguf_block_count,
-    model_layer_info,
-    parse_scales_args,
-    read_scales_file,
-)
+from lpes_harness.scales_args import check_model_args, parse_scales_args
+from lpes_harness.scales_file import SAVED_SCALES_KEY, ScalesError, gguf_block_count, model_layer_info, read_scales_file
 
 
 def test_the_bundled_gguf_header_gives_30_layers_in_milliseconds():

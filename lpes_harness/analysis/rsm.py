@@ -139,7 +139,7 @@ def plot(results: Mapping, path: Path) -> None:
 
 def base_scales(args, n_layers: int) -> list[float]:
     from lpes_harness import curves, rope
-    from lpes_harness.lm import parse_scales
+    from lpes_harness.scales_args import parse_scales
 
     if args.scales:
         return rope.validate_scales(parse_scales(args.scales), n_layers)

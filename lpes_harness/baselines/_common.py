@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from lpes_harness import rope, rope_anatomy
-from lpes_harness.scales_file import number_list
+from lpes_harness.arg_values import number_list
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -77,17 +77,6 @@ def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]
     if bad or not layers:
         raise BaselineError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")
     return layers
-
-
-def as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes"):
-        return True
-    if text in ("0", "false", "no"):
-        return False
-    raise BaselineError(f"{name}={value!r} is not understood; give true or false")
 
 
 # ----------------------------------------------------------------------------- RoPE

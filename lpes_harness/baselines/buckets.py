@@ -31,6 +31,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
+from lpes_harness.arg_values import parse_bool
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.models import cache_keyword, hflm_model_args
@@ -155,7 +156,7 @@ class BucketsLM(HFLM):
         **kwargs,
     ) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
-        absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
+        absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
         if bases is not None:
             _common.parse_float_list("bases", bases)  # before the (slow) model load
         super().__init__(**model_args, **kwargs)

@@ -44,6 +44,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from lpes_harness import rope_anatomy
+from lpes_harness.arg_values import parse_bool
 from lpes_harness.baselines import _common
 from lpes_harness.baselines._common import BaselineError
 from lpes_harness.models import hflm_model_args
@@ -300,7 +301,7 @@ class MoICELM(HFLM):
     ) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
         # The cheap checks first: the model load is slow.
-        absolute_bases = _common.as_bool("absolute_bases", absolute_bases)
+        absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
         if bases is not None:
             _common.parse_float_list("bases", bases)
         if gates is not None:

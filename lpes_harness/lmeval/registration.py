@@ -113,7 +113,7 @@ def model_args_error(model, model_args):
     """
     if not isinstance(model, str) or model not in SCALES_MODELS or not model_args:
         return None
-    from lpes_harness.scales_file import check_model_args
+    from lpes_harness.scales_args import check_model_args
 
     try:
         check_model_args(parse_model_args(model_args))

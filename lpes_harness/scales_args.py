@@ -1,0 +1,169 @@
+"""What a user gives ``lpes_hf`` for its scales: ``scales``, ``control_points``, ``curve``, ``pi``.
+
+Shared by ``lpes_hf`` (:mod:`lpes_harness.lm`) and the start-up hook, which runs these checks from
+lm-eval's command line before any model loads: so nothing here imports torch or transformers.
+The layer count comes from the model's ``config.json`` or GGUF header
+(:func:`lpes_harness.scales_file.model_layer_info`); a ``scales=`` path is a scales file
+(:mod:`lpes_harness.scales_file`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from lpes_harness.arg_values import number_list, parse_bool, shown
+from lpes_harness.scales_file import SAVED_SCALES_KEY, ScalesError, ScalesFileError, model_layer_info, read_scales_file
+
+SCALES_FORMS = "a number > 0 (uniform), numbers > 0 separated by ';' (one per layer), or a path to a JSON scales file"
+SCALES_ARGS = ("scales", "control_points", "curve", "pi")
+
+
+def parse_scales(value: Any) -> float | list[float]:
+    """What a user gave for ``scales=`` -> a number or a list of numbers, each finite and > 0.
+
+    A number; a list; a string holding a number, numbers separated by ``;``, or the path of a
+    scales file. The layer count is checked later (:func:`check_scales`).
+    """
+    given = f"scales={shown(value)}"
+    if isinstance(value, bool) or value is None:
+        raise ScalesError(f"{given} is not understood; give {SCALES_FORMS}")
+    if isinstance(value, (int, float)):
+        return _positive(float(value), given)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ScalesError(f"{given} is empty; give {SCALES_FORMS}")
+        return [_positive(v, given, index) for index, v in enumerate(value)]
+    text = str(value).strip()
+    given = f"scales={text!r}"
+    if os.path.isfile(text) or text.endswith(".json") or os.path.isdir(text):
+        try:
+            return read_scales_file(text)
+        except ScalesFileError as err:
+            raise ScalesFileError(f"scales={err}") from None
+    try:
+        numbers = number_list(text)
+    except ValueError:
+        raise ScalesError(f"{given} is not understood; give {SCALES_FORMS}") from None
+    if not numbers:
+        raise ScalesError(f"{given} is empty; give {SCALES_FORMS}")
+    if len(numbers) == 1:
+        return _positive(numbers[0], given)
+    return [_positive(v, given, index) for index, v in enumerate(numbers)]
+
+
+def _positive(value: Any, given: str, index: int | None = None) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if isinstance(value, bool) or number is None or not math.isfinite(number) or number <= 0:
+        which = "the scale" if index is None else f"scale {index} ({value!r})"
+        raise ScalesError(f"{given}: {which} must be a finite number > 0 (a layer reads position i as i / scale)")
+    return number
+
+
+def check_scales(scales: float | Sequence[float], num_layers: int, given: str = "scales") -> list[float]:
+    """One scale per layer: a single number is used for every layer, a list must have ``num_layers``."""
+    if isinstance(scales, (int, float)) and not isinstance(scales, bool):
+        return [float(scales)] * num_layers
+    values = [float(s) for s in scales]
+    if len(values) != num_layers:
+        raise ScalesError(
+            f"{given} gives {len(values)} scales but the model has {num_layers} decoder layers; "
+            "give one scale per layer, or a single number for all"
+        )
+    return values
+
+
+@dataclass
+class ScalesArgs:
+    """lpes_hf's scale arguments, parsed and checked as far as possible without the model."""
+
+    scales: float | list[float] | None = None
+    control_points: list[tuple[float, float]] | None = None
+    curve: str = "bezier"
+    pi: bool = False
+    given: dict = field(default_factory=dict)  # argument -> how the user wrote it, for messages
+
+    def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None) -> list[float] | None:
+        """One scale per layer for a model of ``num_layers`` layers, or None (nothing given).
+
+        ``saved``: scales kept in the model's config, which ``pi=true`` alone averages.
+        """
+        from lpes_harness import curves
+
+        if self.scales is not None:
+            values = check_scales(self.scales, num_layers, self.given["scales"])
+        elif self.control_points is not None:
+            try:
+                values = curves.curve_scales(self.control_points, num_layers, curve=self.curve)
+            except ValueError as err:
+                raise ScalesError(f"{self.given['control_points']}: {err}") from None
+        elif self.pi and saved:
+            values = check_scales(list(saved), num_layers, f"the model's saved {SAVED_SCALES_KEY}")
+        elif self.pi:
+            raise ScalesError(
+                f"{self.given['pi']} has nothing to average: give scales=... or control_points=... "
+                "(or a model saved with LPES scales)"
+            )
+        else:
+            return None
+        if self.pi:
+            values = [sum(values) / len(values)] * num_layers
+        return values
+
+
+def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False) -> ScalesArgs:
+    """Check lpes_hf's ``scales`` / ``control_points`` / ``curve`` / ``pi`` before the model loads.
+
+    Everything but the layer count: :meth:`ScalesArgs.layer_scales` checks that once known.
+    """
+    from lpes_harness import curves
+
+    given = {}
+    if scales is not None and control_points is not None:
+        raise ScalesError(
+            f"scales={shown(scales)} and control_points={shown(control_points)} both given; give either, not both"
+        )
+    parsed_curve = "bezier"
+    if curve is not None:
+        given["curve"] = f"curve={shown(curve)}"
+        if not isinstance(curve, str) or curve not in curves.CURVES:
+            raise ScalesError(f"{given['curve']} is not a curve; accepted: {', '.join(sorted(curves.CURVES))}")
+        if control_points is None and curve != "bezier":
+            raise ScalesError(f"{given['curve']} shapes control_points=... only, and none are given")
+        parsed_curve = curve
+    parsed_pi = parse_bool("pi", pi if pi is not None else False, ScalesError)
+    given["pi"] = f"pi={shown(pi)}"
+    result = ScalesArgs(curve=parsed_curve, pi=parsed_pi, given=given)
+    if scales is not None:
+        given["scales"] = f"scales={shown(scales.strip() if isinstance(scales, str) else scales)}"
+        result.scales = parse_scales(scales)
+    if control_points is not None:
+        given["control_points"] = f"control_points={shown(control_points)}"
+        try:
+            if isinstance(control_points, str):
+                points = curves.parse_control_points(control_points)
+            elif isinstance(control_points, (list, tuple)):
+                points = list(control_points)
+            else:
+                raise ValueError(f"expected 'x:y' pairs separated by ';', e.g. {curves.EXAMPLE_CONTROL_POINTS!r}")
+            result.control_points = curves.validate_control_points(points, None)
+        except ValueError as err:
+            raise ScalesError(f"{given['control_points']}: {err}") from None
+    return result
+
+
+def check_model_args(model_args: Mapping[str, Any]) -> ScalesArgs:
+    """lpes_hf's scale arguments checked before the model loads, layer count included when the
+    model's config (or GGUF header) can be read cheaply. Raises :class:`ScalesError`."""
+    parsed = parse_scales_args(**{key: model_args[key] for key in SCALES_ARGS if key in model_args})
+    if parsed.scales is None and parsed.control_points is None and not parsed.pi:
+        return parsed
+    info = model_layer_info(model_args.get("pretrained"), model_args.get("gguf_file"), model_args.get("revision"))
+    if info is not None:
+        parsed.layer_scales(info["num_layers"], info.get("saved_scales"))
+    return parsed
