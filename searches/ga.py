@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Search per-layer RoPE scales (LPES) with the Bézier-constrained genetic algorithm.
 
-A thin command line over ``lpes_harness.search``; run ``python searches/ga.py --help``.
+A thin wrapper of the ``lpes-search`` command (``lpes_harness.search.run:main``), for a checkout
+without the package installed and for ``accelerate launch`` / ``torchrun``, which take a script;
+run ``lpes-search --help`` (or ``python searches/ga.py --help``).
 """
 
 from lpes_harness.search.run import main
