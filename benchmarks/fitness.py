@@ -131,8 +131,8 @@ def short_search(lm, base_config, spec, args, progress) -> dict:
 
     fitness = LMEvalFitness(lm, base_config)  # the default: greedy, answer-logits, racing
     config = SearchConfig(
-        population_size=args.search_population, num_parents=args.search_parents,
-        num_mutants=args.search_population - args.search_parents - 1, num_crossovers=1,
+        population=args.search_population, parents=args.search_parents,
+        mutants=args.search_population - args.search_parents - 1, crossovers=1,
         generations=args.search_generations, seed=args.seed,
     )  # fmt: skip
     search = GeneticSearch(spec, fitness, config, [ProgressCallback(disable=args.no_progress or None)])

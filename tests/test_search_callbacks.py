@@ -11,7 +11,7 @@ from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
 from lpes_harness.files import atomic_write_json, atomic_write_text, read_jsonl
 from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
 
-CONFIG = SearchConfig(population_size=6, num_parents=2, num_mutants=3, num_crossovers=1, generations=2, seed=0)
+CONFIG = SearchConfig(population=6, parents=2, mutants=3, crossovers=1, generations=2, seed=0)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -67,7 +67,7 @@ def test_a_search_writes_every_output_and_lpes_hf_reads_its_scales(single_run, c
     lm = LPESLM(pretrained=checkpoint, scales=str(output / "scales.json"), device="cpu")
     assert lm.scales == pytest.approx(result["best"]["scales"])
     config = json.loads((output / "config.json").read_text())
-    assert config["search"]["population_size"] == 4 and "searches/ga.py" in config["command"]
+    assert config["search"]["population"] == 4 and "searches/ga.py" in config["command"]
     # The precision is recorded where the scales go (auto is float32 on a CPU without native bfloat16 ...
     assert config["model"]["dtype"] == saved["dtype"] and config["model"]["dtype_requested"] == "auto"
     assert saved["dtype"] in ("float32", "bfloat16")  # ... and bfloat16 where it is native)

@@ -133,7 +133,7 @@ def test_the_checkpoint_keeps_the_fingerprint_and_the_search_still_loads_it(tmp_
     from lpes_harness.search.callbacks import CheckpointCallback, load_checkpoint
 
     spec = GenomeSpec(num_layers=8, num_points=3)
-    config = SearchConfig(population_size=4, num_parents=2, num_mutants=1, num_crossovers=1, generations=1)
+    config = SearchConfig(population=4, parents=2, mutants=1, crossovers=1, generations=1)
     current = fingerprint(SETTINGS)
     GeneticSearch(spec, lambda ind: (0.0, {}), config, [CheckpointCallback(tmp_path / "c.json", {"fingerprint": current})]).run()
     state = load_checkpoint(tmp_path / "c.json")

@@ -39,7 +39,7 @@ class CountingFitness:
 
 
 class ParentsRecorder:
-    """Records the parents each generation hands to the next (top num_parents by fitness)."""
+    """Records the parents each generation hands to the next (top parents by fitness)."""
 
     def __init__(self):
         self.parents = []
@@ -57,7 +57,7 @@ def run_search(racing: bool, seed: int, objective: str = "weighted"):
     fitness = CountingFitness(racing, objective)
     recorder = ParentsRecorder()
     spec = GenomeSpec(num_layers=12, y_min=1.0, y_max=2.0)
-    config = SearchConfig(population_size=12, num_parents=4, num_mutants=6, num_crossovers=2, generations=6, seed=seed)
+    config = SearchConfig(population=12, parents=4, mutants=6, crossovers=2, generations=6, seed=seed)
     result = GeneticSearch(spec, fitness, config, [recorder]).run()
     return result, recorder.parents, fitness.samples_scored
 

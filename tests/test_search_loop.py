@@ -9,7 +9,7 @@ import pytest
 
 from lpes_harness.search import Callback, GeneticSearch, GenomeSpec, SearchConfig, cache_key
 
-SMALL = SearchConfig(population_size=10, num_parents=4, num_mutants=4, num_crossovers=2, generations=5, seed=1)
+SMALL = SearchConfig(population=10, parents=4, mutants=4, crossovers=2, generations=5, seed=1)
 
 
 def target_curve(num_layers):
@@ -60,7 +60,7 @@ def test_generation_zero_is_the_initial_individual_and_its_mutants():
     spec = GenomeSpec(num_layers=12, num_points=3)
     _, _, recorder = run_search(spec, SMALL)
     first = [r for r in recorder.records if r["generation"] == 0]
-    assert len(first) == SMALL.population_size
+    assert len(first) == SMALL.population
     assert first[0]["origin"] == "initial"
     assert first[0]["genome"] == [[0.0, 1.5], [6.0, 1.5], [11.0, 1.5]]
     assert {r["origin"] for r in first[1:]} == {"mutant"}
@@ -71,21 +71,21 @@ def test_each_generation_is_the_top_parents_plus_crossover_children_plus_mutants
     _, _, recorder = run_search(spec, SMALL)
     assert len(recorder.populations) == SMALL.generations + 1
     for previous, current in zip(recorder.populations, recorder.populations[1:]):
-        assert len(current) == SMALL.population_size
-        top = sorted(previous, key=lambda item: item[1], reverse=True)[: SMALL.num_parents]
-        assert current[: SMALL.num_parents] == top
+        assert len(current) == SMALL.population
+        top = sorted(previous, key=lambda item: item[1], reverse=True)[: SMALL.parents]
+        assert current[: SMALL.parents] == top
     for g in range(1, SMALL.generations + 1):
         origins = [r["origin"] for r in recorder.records if r["generation"] == g]
-        assert origins.count("mutant") == SMALL.num_mutants
+        assert origins.count("mutant") == SMALL.mutants
         # Each crossover evaluates one or two children (or one fallback mutant).
         crossover = [o for o in origins if o.startswith("crossover")]
-        assert SMALL.num_crossovers <= len(crossover) <= 2 * SMALL.num_crossovers
+        assert SMALL.crossovers <= len(crossover) <= 2 * SMALL.crossovers
 
 
 def test_best_fitness_never_drops_and_the_search_improves_on_the_start():
     spec = GenomeSpec(num_layers=12, num_points=3)
-    search, result, recorder = run_search(spec, SearchConfig(population_size=10, num_parents=4, num_mutants=4,
-                                                             num_crossovers=2, generations=12, seed=0))
+    search, result, recorder = run_search(spec, SearchConfig(population=10, parents=4, mutants=4,
+                                                             crossovers=2, generations=12, seed=0))
     best = [s["best_fitness"] for s in recorder.stats]
     assert all(b >= a for a, b in zip(best, best[1:]))
     start = recorder.records[0]["fitness"]
@@ -108,7 +108,7 @@ def test_planned_individuals_bounds_the_run():
     spec = GenomeSpec(num_layers=12, num_points=3)
     _, result, _ = run_search(spec, SMALL)
     assert SMALL.planned_individuals() == 10 + 5 * (2 * 2 + 4)
-    assert SMALL.population_size + SMALL.generations * (SMALL.num_crossovers + SMALL.num_mutants) <= result["processed"]
+    assert SMALL.population + SMALL.generations * (SMALL.crossovers + SMALL.mutants) <= result["processed"]
     assert result["processed"] <= SMALL.planned_individuals()
 
 
@@ -249,17 +249,34 @@ def test_loading_a_state_from_other_settings_names_the_difference():
         other_spec.load_state_dict(search.state_dict())
 
 
+def test_a_state_saved_under_the_former_setting_names_still_loads():
+    from lpes_harness.search.config import FORMER_NAMES
+
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    search, reference, _ = run_search(spec, SMALL)
+    state = json.loads(json.dumps(search.state_dict()))
+    today = {new: old for old, new in FORMER_NAMES.items()}
+    state["config"] = {today.get(name, name): value for name, value in state["config"].items()}
+    assert "population_size" in state["config"] and "population" not in state["config"]
+    resumed = GeneticSearch(spec, synthetic_fitness, SMALL)
+    resumed.load_state_dict(state)
+    assert resumed.run()["best"] == reference["best"]
+    other = GeneticSearch(spec, synthetic_fitness, SearchConfig(**{**SMALL.to_dict(), "mx": 3.0}))
+    with pytest.raises(ValueError, match="mx: saved 2.0, now 3.0"):
+        other.load_state_dict(state)
+
+
 # -------------------------------------------------------------------- bad input
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(population_size=32, num_parents=12, num_mutants=16, num_crossovers=5), r"must equal .*12 \+ 5 \+ 16 = 33"),
-        (dict(population_size=5, num_parents=1, num_mutants=3, num_crossovers=1), "at least 2 parents"),
+        (dict(population=32, parents=12, mutants=16, crossovers=5), r"must equal .*12 \+ 5 \+ 16 = 33"),
+        (dict(population=5, parents=1, mutants=3, crossovers=1), "at least 2 parents"),
         (dict(generations=-1), "generations must be >= 0"),
         (dict(seed=1.5), "seed must be an integer"),
-        (dict(mutation_y=-0.1), "mutation steps"),
+        (dict(my=-0.1), "mutation steps"),
     ],
 )
 def test_bad_search_configs_are_rejected(kwargs, message):
@@ -269,8 +286,8 @@ def test_bad_search_configs_are_rejected(kwargs, message):
 
 def test_paper_defaults():
     config = SearchConfig()
-    assert (config.population_size, config.num_parents, config.num_mutants, config.num_crossovers) == (32, 12, 16, 4)
-    assert (config.generations, config.mutation_x, config.mutation_y) == (20, 2.0, 0.2)
+    assert (config.population, config.parents, config.mutants, config.crossovers) == (32, 12, 16, 4)
+    assert (config.generations, config.mx, config.my) == (20, 2.0, 0.2)
 
 
 @pytest.mark.parametrize("returned", [0.5, (None, {}), ("abc", {})])

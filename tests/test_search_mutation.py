@@ -139,7 +139,7 @@ def test_the_search_config_picks_the_mutation_and_defaults_to_the_paper():
 
 def test_a_checkpoint_from_before_the_option_resumes_only_as_joint():
     spec = GenomeSpec(num_layers=12, num_points=3)
-    config = SearchConfig(population_size=4, num_parents=2, num_mutants=1, num_crossovers=1, generations=1)
+    config = SearchConfig(population=4, parents=2, mutants=1, crossovers=1, generations=1)
     state = GeneticSearch(spec, lambda ind: (0.0, {}), config).state_dict()
     del state["config"]["mutation"]  # as written before the option existed (the joint draw)
     with pytest.raises(ValueError, match="mutation: saved 'joint', now 'paper'"):

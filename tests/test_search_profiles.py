@@ -129,3 +129,15 @@ def test_the_objective_is_a_flag_and_an_unknown_one_is_refused(capsys):
     with pytest.raises(SystemExit) as stop:
         parse_args(["--device", "cpu", "--objective", "worst"])
     assert stop.value.code == 2 and "invalid choice: 'worst'" in capsys.readouterr().err
+
+
+def test_the_heldout_table_scales_with_the_search_unless_set(tmp_path, native_bf16):
+    """A quick search gets a quick table: the profile's 200 per position is for its 20 search samples."""
+    assert parse_args(["--profile", "cpu-bf16"]).heldout_samples == 200
+    assert parse_args(["--profile", "cpu-bf16", "--num-samples", "2"]).heldout_samples == 20
+    assert parse_args(["--profile", "cpu", "--num-samples", "2"]).heldout_samples == 7  # 40 x 2/12, rounded up
+    assert parse_args(["--profile", "paper", "--num-samples", "2"]).heldout_samples == 0
+    assert parse_args(["--profile", "cpu-bf16", "--num-samples", "2", "--heldout-samples", "50"]).heldout_samples == 50
+    config = tmp_path / "search.json"
+    config.write_text(json.dumps({"num_samples": 2, "heldout_samples": 0}))
+    assert parse_args(["--profile", "cpu-bf16", "--config", str(config)]).heldout_samples == 0

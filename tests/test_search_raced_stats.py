@@ -14,7 +14,7 @@ from lpes_harness.search.callbacks import HistoryCallback, PlotCallback, Progres
 from lpes_harness.search.loop import Callback
 
 SPEC = GenomeSpec(num_layers=10, num_points=3)
-CONFIG = SearchConfig(population_size=8, num_parents=3, num_mutants=4, num_crossovers=1, generations=3, seed=2)
+CONFIG = SearchConfig(population=8, parents=3, mutants=4, crossovers=1, generations=3, seed=2)
 
 
 def true_fitness(scales):
@@ -68,7 +68,7 @@ def test_generations_jsonl_and_progress_show_raced_out_apart(tmp_path, monkeypat
                     ProgressCallback(disable=False))
     lines = read_jsonl(tmp_path / "generations.jsonl")
     assert [line["raced_out"] for line in lines] == [s["raced_out"] for s in search.generation_stats]
-    assert all(line["complete"] + line["raced_out"] == CONFIG.population_size for line in lines)
+    assert all(line["complete"] + line["raced_out"] == CONFIG.population for line in lines)
     last = search.generation_stats[-1]
     assert f"raced_out={last['raced_out']}" in buffer.getvalue()
     assert f"mean={last['mean_fitness']:.4f}" in buffer.getvalue()

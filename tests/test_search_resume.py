@@ -43,7 +43,7 @@ def _script_main(workdir: str, kill_at: int, sleep: float) -> None:
         return -error, {"error": error}
 
     spec = GenomeSpec(num_layers=12, num_points=4)
-    config = SearchConfig(population_size=8, num_parents=3, num_mutants=4, num_crossovers=1, generations=6, seed=3)
+    config = SearchConfig(population=8, parents=3, mutants=4, crossovers=1, generations=6, seed=3)
     checkpoint = workdir / "checkpoint.json"
     search = GeneticSearch(
         spec, evaluate, config, [HistoryCallback(workdir / "history.jsonl", workdir / "generations.jsonl"),

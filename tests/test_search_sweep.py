@@ -26,8 +26,8 @@ def test_sweep_picks_the_best_uniform_scale_and_keeps_the_range_open():
     spec = GenomeSpec(num_layers=LAYERS, num_points=4, y_min=0.25, y_max=2.5, y_step=0.05, initial_y=start)
     assert spec.y_max == 2.5  # not clipped to where uniform scales still work
     assert {y for _, y in initial_genome(spec)} == {1.0}
-    config = SearchConfig(population_size=8, num_parents=3, num_mutants=4, num_crossovers=1, generations=12,
-                          mutation_y=0.4, mutation_x=2, seed=0)
+    config = SearchConfig(population=8, parents=3, mutants=4, crossovers=1, generations=12,
+                          my=0.4, mx=2, seed=0)
     result = GeneticSearch(spec, lambda scales: stub_fitness(scales), config).run()
     assert max(result["best"]["scales"]) >= 1.8  # the search reached the high-late curve
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from lpes_harness.models import DTYPES, choose_dtype
@@ -181,7 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     out.add_argument("--heldout-samples", type=int, default=0,
                      help="after the search, score vanilla, PI and the best curve on this many held-out samples "
-                          "per position, paired (intervals, McNemar p); 0 skips it (cpu profile: 40)")
+                          "per position, paired (intervals, McNemar p); 0 skips it. Default: the profile's "
+                          "(cpu 40, cpu-bf16 and gpu 200, paper 0), scaled with --num-samples when that is changed "
+                          "and this is not: e.g. cpu-bf16 with --num-samples 2 gets 200 x 2/20 = 20, so a quick "
+                          "search gets a quick table")
     return p
 
 
@@ -199,16 +203,30 @@ def parse_args(argv=None) -> argparse.Namespace:
         except ValueError as err:
             parser.error(str(err))
         profile = _auto_profile(args.device or config.get("device"), dtype)
-    # Precedence: command line > config file > profile > the flags' own (paper) defaults.
-    parser.set_defaults(**PROFILES[profile])
+    # Precedence: command line > config file > profile > the flags' own (paper) defaults. The
+    # profile's held-out size is left open (None) until the search's size is known.
+    parser.set_defaults(**{**PROFILES[profile], "heldout_samples": None})
     parser.set_defaults(**config)
     args = parser.parse_args(argv)
     args.profile = profile
+    if args.heldout_samples is None:
+        args.heldout_samples = profile_heldout_samples(profile, args.num_samples)
     try:
         _check(args)
     except ValueError as err:
         parser.error(str(err))
     return args
+
+
+def profile_heldout_samples(profile: str, num_samples) -> int:
+    """The profile's held-out samples per position, scaled by the search's ``num_samples`` against the
+    profile's own (rounded up): the table stays in proportion to the search it checks."""
+    settings = PROFILES[profile]
+    heldout = settings.get("heldout_samples", 0)
+    searched = settings.get("num_samples", build_parser().get_default("num_samples"))
+    if not heldout or not isinstance(num_samples, int) or num_samples < 1 or num_samples == searched:
+        return heldout  # a bad --num-samples is named by the checks
+    return math.ceil(heldout * num_samples / searched)
 
 
 def _auto_profile(device, dtype) -> str:

@@ -1,23 +1,32 @@
-"""The genetic search's settings (:class:`SearchConfig`); defaults are the paper's."""
+"""The genetic search's settings (:class:`SearchConfig`); defaults are the paper's.
+
+Each field has the name of its command-line flag (``--population``, ``--mx``, ...) and of its
+key in a ``--config`` file: one name per setting. States saved before that used longer names
+(:data:`FORMER_NAMES`); a resume reads them under the current ones.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
 
 from lpes_harness.search.operators import check_mutation
+
+FORMER_NAMES = {"population_size": "population", "num_parents": "parents", "num_mutants": "mutants",
+                "num_crossovers": "crossovers", "mutation_x": "mx", "mutation_y": "my"}
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     """The GA's knobs; defaults are the paper's."""
 
-    population_size: int = 32
-    num_parents: int = 12
-    num_mutants: int = 16
-    num_crossovers: int = 4
+    population: int = 32
+    parents: int = 12
+    mutants: int = 16
+    crossovers: int = 4
     generations: int = 20
-    mutation_x: float = 2.0  # Mx, in layers
-    mutation_y: float = 0.2  # My, in scale units
+    mx: float = 2.0  # Mx, in layers
+    my: float = 0.2  # My, in scale units
     crossover_tries: int = 4  # N_ct (the paper: at most 4 tries)
     seed: int = 0
     cache_decimals: int = 6
@@ -28,28 +37,39 @@ class SearchConfig:
             value = getattr(self, f.name)
             if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ValueError(f"{f.name} must be an integer, got {value!r}")
-        for name in ("population_size", "num_parents", "crossover_tries"):
+        for name in ("population", "parents", "crossover_tries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("num_mutants", "num_crossovers", "generations"):
+        for name in ("mutants", "crossovers", "generations"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        next_size = self.num_parents + self.num_crossovers + self.num_mutants
-        if next_size != self.population_size:
+        next_size = self.parents + self.crossovers + self.mutants
+        if next_size != self.population:
             raise ValueError(
-                f"population_size ({self.population_size}) must equal num_parents + num_crossovers + num_mutants "
-                f"({self.num_parents} + {self.num_crossovers} + {self.num_mutants} = {next_size}): "
+                f"population ({self.population}) must equal parents + crossovers + mutants "
+                f"({self.parents} + {self.crossovers} + {self.mutants} = {next_size}): "
                 "each generation is parents + crossover children + mutants"
             )
-        if self.num_crossovers and self.num_parents < 2:
-            raise ValueError(f"crossover needs at least 2 parents, got num_parents={self.num_parents}")
-        if not (self.mutation_x >= 0 and self.mutation_y >= 0):
-            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mutation_x}, My={self.mutation_y}")
+        if self.crossovers and self.parents < 2:
+            raise ValueError(f"crossover needs at least 2 parents, got parents={self.parents}")
+        if not (self.mx >= 0 and self.my >= 0):
+            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mx}, My={self.my}")
         check_mutation(self.mutation)
 
     def planned_individuals(self) -> int:
         """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""
-        return self.population_size + self.generations * (2 * self.num_crossovers + self.num_mutants)
+        return self.population + self.generations * (2 * self.crossovers + self.mutants)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "SearchConfig":
+        """The fields found in ``settings`` (the command line's namespace, or a mapping): same names."""
+        values = settings if isinstance(settings, Mapping) else vars(settings)
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+
+def current_names(saved: Mapping[str, Any]) -> dict:
+    """A saved config under today's names (see :data:`FORMER_NAMES`)."""
+    return {FORMER_NAMES.get(name, name): value for name, value in saved.items()}

@@ -35,12 +35,13 @@ from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from lpes_harness.search.config import current_names
+
 FORMAT = "lpes-fingerprint/1"
 FITNESS_KEYS = ("task", "metadata", "mode", "scorer", "weights", "positions", "num_samples", "racing", "chunk_size",
                 "chat_template")
-# The search's own settings, under either the command line's or SearchConfig's names.
-SEARCH_KEYS = ("population", "population_size", "parents", "num_parents", "mutants", "num_mutants", "crossovers",
-               "num_crossovers", "generations", "mx", "mutation_x", "my", "mutation_y", "crossover_tries", "seed",
+# The search's own settings (the command line's and SearchConfig's names are the same).
+SEARCH_KEYS = ("population", "parents", "mutants", "crossovers", "generations", "mx", "my", "crossover_tries", "seed",
                "mutation", "curve", "control_points", "brute_force", "y_min", "y_max", "y_step", "initial_y", "sweep")
 MAY_GROW = {"search.generations", "config.generations"}
 VERSIONED = ("lm_eval", "transformers")
@@ -101,7 +102,7 @@ def state_mismatches(saved_state: Mapping[str, Any], spec: Mapping[str, Any], co
     """One line per difference between a saved search state's ``spec`` / ``config`` and these
     (``config.seed: saved 1, now 5``); ``generations`` may grow."""
     # States from before the mutation option used the joint draw.
-    saved_config = {"mutation": "joint", **saved_state["config"]}
+    saved_config = {"mutation": "joint", **current_names(saved_state["config"])}
     return mismatches({"format": FORMAT, "spec": saved_state["spec"], "config": saved_config},
                       {"format": FORMAT, "spec": dict(spec), "config": dict(config)})
 

@@ -1,13 +1,13 @@
 """The search loop: the paper's Algorithm 1, with a fitness cache, callbacks and resumable state.
 
 Generation 0 is the initial population: the paper's starting individual ``(k(L-1)/d, 1.5)``
-and ``population_size - 1`` of its mutants (brute-force mode: ``population_size`` random
+and ``population - 1`` of its mutants (brute-force mode: ``population`` random
 per-layer genomes). Each of the ``generations`` that follow is::
 
-    parents   = the num_parents fittest of the population
-    children  = num_crossovers crossovers of two random parents (the loop evaluates both
+    parents   = the `parents` fittest of the population
+    children  = `crossovers` crossovers of two random parents (the loop evaluates both
                 children of each and keeps the fitter)
-    mutants   = num_mutants mutants of random parents
+    mutants   = `mutants` mutants of random parents
     population = parents + children + mutants
 
 The loop knows nothing of files, plots or lm-eval. As in DEAP's ``eaSimple``, the toolbox's
@@ -120,10 +120,10 @@ class GeneticSearch:
         self.toolbox = build_toolbox(
             spec,
             self.rng,
-            max_dx=config.mutation_x,
-            max_dy=config.mutation_y,
+            max_dx=config.mx,
+            max_dy=config.my,
             crossover_tries=config.crossover_tries,
-            num_parents=config.num_parents,
+            num_parents=config.parents,
             mutation=config.mutation,
         )
         self.toolbox.register("evaluate", evaluate)
@@ -169,14 +169,14 @@ class GeneticSearch:
     def _initial_population(self) -> list:
         if self.spec.brute_force:
             population = [make_individual(random_brute_force_genome(self.spec, self.rng))
-                          for _ in range(self.config.population_size)]
+                          for _ in range(self.config.population)]
             for individual in population:
                 individual.origin = "random"
         else:
             first = make_individual(initial_genome(self.spec))
             first.origin = "initial"
             population = [first]
-            for _ in range(self.config.population_size - 1):
+            for _ in range(self.config.population - 1):
                 (mutant,) = self.toolbox.mutate(self.toolbox.clone(first))
                 mutant.origin = "mutant"
                 population.append(mutant)
@@ -190,7 +190,7 @@ class GeneticSearch:
         parents = self.toolbox.select(population)
         self._kept_fitnesses = [parent.fitness.values[0] for parent in parents]
         children = []
-        for _ in range(self.config.num_crossovers):
+        for _ in range(self.config.crossovers):
             parent1, parent2 = self.rng.sample(parents, 2)
             offspring = self.toolbox.mate(parent1, parent2)
             for child in offspring:
@@ -199,7 +199,7 @@ class GeneticSearch:
             children.append(child)
             self._kept_fitnesses.append(child.fitness.values[0])
         mutants = []
-        for _ in range(self.config.num_mutants):
+        for _ in range(self.config.mutants):
             (mutant,) = self.toolbox.mutate(self.toolbox.clone(self.rng.choice(parents)))
             mutant.origin = "mutant"
             self._assign_fitness(mutant)
@@ -245,15 +245,15 @@ class GeneticSearch:
     def selection_threshold(self) -> float:
         """Fitness an individual must reach to possibly be among the next parents.
 
-        The num_parents-th best of the population being built so far. It only grows (the
+        The ``parents``-th best of the population being built so far. It only grows (the
         parents are carried over), so an individual proven to fall below it can never be
         selected, now or later: racing may stop its evaluation early without changing
         which parents are selected.
         """
         kept = sorted(self._kept_fitnesses, reverse=True)
-        if len(kept) < self.config.num_parents:
+        if len(kept) < self.config.parents:
             return -math.inf
-        return kept[self.config.num_parents - 1]
+        return kept[self.config.parents - 1]
 
     def _call_evaluate(self, scales: list[float], individual) -> tuple[float, Any]:
         """``toolbox.evaluate`` on the scales alone; ``individual`` only names the genome in errors."""

@@ -76,11 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.resume and not checkpoint_path.exists():
         raise SystemExit(f"--resume: no checkpoint at {checkpoint_path}")
 
-    config = SearchConfig(
-        population_size=args.population, num_parents=args.parents, num_mutants=args.mutants,
-        num_crossovers=args.crossovers, generations=args.generations, mutation_x=args.mx, mutation_y=args.my,
-        crossover_tries=args.crossover_tries, seed=args.seed, mutation=args.mutation,
-    )
+    config = SearchConfig.from_settings(args)  # the flags have the config's names
     fitness_config = FitnessConfig(
         task=args.task, mode=args.mode, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
