@@ -327,11 +327,6 @@ def load_comparison(path: str | Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def _named_scales(text: str) -> tuple[str | None, str]:
-    name, sep, path = text.partition("=")
-    return (name, path) if sep and name and "/" not in name else (None, text)
-
-
 def main(argv=None) -> None:
     """``python -m lpes_harness.analysis.paired --scales run/scales.json``: re-evaluate searched scales."""
     import argparse
@@ -373,11 +368,12 @@ def main(argv=None) -> None:
                              "Refused, with nothing changed, if its samples differ (repeatable)")
     args = parser.parse_args(argv)
 
+    from lpes_harness.named_path import split_named_path
     from lpes_harness.scales_file import read_scales_file
 
     try:
         metadata = json.loads(args.metadata)
-        named = [_named_scales(text) for text in args.scales]
+        named = [split_named_path(text) for text in args.scales]
         curves = {(name or (Path(path).parent.name if len(named) > 1 else "LPES")): read_scales_file(path)
                   for name, path in named}
         if len(curves) != len(named):
