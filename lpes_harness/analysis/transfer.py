@@ -1,0 +1,177 @@
+"""Does a searched curve help on inputs its search never saw? One table over several conditions.
+
+    python -m lpes_harness.analysis.transfer --scales reference=results/.../scales.json \\
+        --condition '2x length={"num_sentences": 120}' --condition 'no chat template={"chat_template": "off"}' \\
+        --condition 'needle={"task": "needle"}' --num-samples 100 --seed 20261125 --output results/transfer
+
+A condition is a name and a JSON object of task options (``--metadata`` keys), plus two keys of
+its own: ``task`` (another registered position task; default multi_needle) and
+``chat_template`` (on / off / auto). For each condition, vanilla and every curve are scored on
+the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
+and the table gives, per condition and curve, the average with its 95 % interval, the paired
+difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
+and the worst position before and after. ``--seed`` sets the samples' metadata seed, so that
+they are drawn fresh (no search used it). No new search: the curves are applied as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lpes_harness.analysis.stats import format_p, paired_difference_interval
+
+OWN_KEYS = ("task", "chat_template")
+
+
+def parse_condition(text: str) -> tuple[str, dict]:
+    """``NAME={json}`` -> (name, options)."""
+    name, sep, options = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"--condition {text!r}: expected NAME={{json options}}")
+    try:
+        parsed = json.loads(options)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--condition {name!r}: options are not valid JSON ({err.msg})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"--condition {name!r}: options must be a JSON object")
+    if parsed.get("chat_template", "auto") not in ("auto", "on", "off"):
+        raise ValueError(f"--condition {name!r}: chat_template must be on, off or auto")
+    return name.strip(), parsed
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "condition"
+
+
+def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
+                pretrained: str | None, output: Path) -> list[str]:
+    """The ``analysis.paired`` command line of one condition."""
+    metadata = {key: value for key, value in options.items() if key not in OWN_KEYS}
+    if seed is not None:
+        metadata.setdefault("seed", seed)
+    argv = ["--task", options.get("task", "multi_needle"), "--num-samples", str(num_samples), "--no-pi",
+            "--metadata", json.dumps(metadata), "--chat-template", options.get("chat_template", "auto"),
+            "--output", str(output)]
+    argv += [arg for spec in scales for arg in ("--scales", spec)]
+    argv += ["--dtype", dtype] if dtype else []
+    argv += ["--pretrained", pretrained] if pretrained else []
+    return argv
+
+
+def rows(name: str, heldout: Mapping) -> list[dict]:
+    """One row per curve of a condition's ``heldout.json``: vanilla against it, pooled over positions."""
+    table, scored = heldout["table"], heldout["scored"]
+    positions = [str(p) for p in table["positions"]]
+    vanilla = table["rows"][table["baseline"]]
+    out = []
+    for method, row in table["rows"].items():
+        if method == table["baseline"]:
+            continue
+        pooled = row["average"]
+        low, high = paired_difference_interval(pooled["gained"], pooled["lost"], pooled["n"])
+        worst = min(positions, key=lambda p: vanilla[p]["accuracy"])
+        out.append({
+            "condition": name, "method": method, "task": scored["task"], "metadata": scored["metadata"],
+            "chat_template": scored["chat_template"], "n": pooled["n"],
+            "vanilla": vanilla["average"]["accuracy"], "vanilla_interval": vanilla["average"]["interval"],
+            "accuracy": pooled["accuracy"], "interval": pooled["interval"],
+            "difference": pooled["difference"], "difference_interval": [low, high],
+            "gained": pooled["gained"], "lost": pooled["lost"], "p": pooled["p"],
+            "worst_position": int(worst), "worst_vanilla": vanilla[worst]["accuracy"], "worst_method": row[worst]["accuracy"],
+        })  # fmt: skip
+    return out
+
+
+def format_rows(table: Sequence[Mapping]) -> str:
+    lines = ["| condition | curve | samples | vanilla [95 %] | LPES [95 %] | difference [95 %] | gained / lost | p | "
+             "worst position: vanilla → LPES |", "|---|---|---:|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(
+            f"| {r['condition']} | {r['method']} | {r['n']} | {r['vanilla']:.3f} [{r['vanilla_interval'][0]:.2f}, "
+            f"{r['vanilla_interval'][1]:.2f}] | {r['accuracy']:.3f} [{r['interval'][0]:.2f}, {r['interval'][1]:.2f}] | "
+            f"{100 * r['difference']:+.1f} [{100 * r['difference_interval'][0]:+.1f}, {100 * r['difference_interval'][1]:+.1f}] | "
+            f"{r['gained']} / {r['lost']} | {format_p(r['p'])} | {r['worst_position']} %: {r['worst_vanilla']:.2f} → "
+            f"{r['worst_method']:.2f} |")
+    return "\n".join(lines)
+
+
+def plot_rows(table: Sequence[Mapping], path: Path) -> Path:
+    """Each curve's gain over vanilla per condition, with its 95 % interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lpes_harness.files import save_figure
+
+    conditions = list(dict.fromkeys(r["condition"] for r in table))
+    methods = list(dict.fromkeys(r["method"] for r in table))
+    figure, axes = plt.subplots(figsize=(1.6 + 1.3 * len(conditions), 4))
+    width = 0.8 / len(methods)
+    for k, method in enumerate(methods):
+        for i, condition in enumerate(conditions):
+            found = [r for r in table if r["condition"] == condition and r["method"] == method]
+            if not found:
+                continue
+            r = found[0]
+            x, y = i + (k - (len(methods) - 1) / 2) * width, 100 * r["difference"]
+            err = [[y - 100 * r["difference_interval"][0]], [100 * r["difference_interval"][1] - y]]
+            axes.errorbar(x, y, yerr=err, fmt="o", color=f"C{k}", capsize=3, label=method if i == 0 else None)
+    axes.axhline(0, color="grey", linewidth=0.8)
+    axes.set_xticks(range(len(conditions)), conditions, rotation=20, ha="right")
+    axes.set_ylabel("accuracy gain over vanilla (points, 95 %)")
+    axes.set_title("Searched curves on conditions no search saw")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    save_figure(figure, path)
+    plt.close(figure)
+    return path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lpes_harness.analysis.transfer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scales", action="append", required=True, metavar="NAME=FILE",
+                        help="a searched curve (scales.json); repeatable")
+    parser.add_argument("--condition", action="append", required=True, metavar="NAME=JSON",
+                        help="a condition: task options as JSON, plus 'task' and 'chat_template'; repeatable")
+    parser.add_argument("--num-samples", type=int, default=100, help="held-out samples per position (default 100)")
+    parser.add_argument("--seed", type=int, default=None, help="metadata seed of the samples (a condition's own wins)")
+    parser.add_argument("--dtype", default=None, help="as analysis.paired (default: the first scales file's dtype)")
+    parser.add_argument("--pretrained", default=None)
+    parser.add_argument("--output", required=True, help="OUTPUT/<condition>/ per condition, OUTPUT/transfer.{md,json,png}")
+    args = parser.parse_args(argv)
+    try:
+        conditions = [parse_condition(text) for text in args.condition]
+    except ValueError as err:
+        parser.error(str(err))
+    if len({slug(name) for name, _ in conditions}) != len(conditions):
+        parser.error("two conditions share a name (after lower-casing and dropping punctuation)")
+    if args.num_samples < 1:
+        parser.error(f"--num-samples must be >= 1, got {args.num_samples}")
+    from lpes_harness.analysis import paired
+
+    output = Path(args.output)
+    table = []
+    for name, options in conditions:
+        folder = output / slug(name)
+        print(f"== {name}: {folder}", flush=True)
+        paired.main(paired_argv(options, args.scales, num_samples=args.num_samples, seed=args.seed, dtype=args.dtype,
+                                pretrained=args.pretrained, output=folder))
+        table += rows(name, json.loads((folder / "heldout.json").read_text(encoding="utf-8")))
+    from lpes_harness.files import atomic_write_json, atomic_write_text
+
+    text = format_rows(table)
+    print(text)
+    atomic_write_text(output / "transfer.md", text + "\n")
+    atomic_write_json(output / "transfer.json", table, indent=1)
+    plot_rows(table, output / "transfer.png")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,56 @@
+"""`python -m lpes_harness.analysis.transfer`: curves on conditions no search saw, one table."""
+
+import json
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.analysis import transfer
+
+
+def test_a_condition_is_a_name_and_task_options():
+    assert transfer.parse_condition('2x length={"num_sentences": 120}') == ("2x length", {"num_sentences": 120})
+    for bad, message in [("nothing", "expected NAME="), ("x={oops", "not valid JSON"), ("x=[1]", "JSON object"),
+                         ('x={"chat_template": "maybe"}', "on, off or auto")]:
+        with pytest.raises(ValueError, match=message):
+            transfer.parse_condition(bad)
+
+
+def test_the_condition_becomes_a_paired_command_line(tmp_path):
+    argv = transfer.paired_argv({"task": "needle", "chat_template": "off", "num_sentences": 10}, ["a=s.json"],
+                                num_samples=5, seed=7, dtype="bfloat16", pretrained=None, output=tmp_path)
+    assert argv[argv.index("--task") + 1] == "needle" and argv[argv.index("--chat-template") + 1] == "off"
+    assert json.loads(argv[argv.index("--metadata") + 1]) == {"num_sentences": 10, "seed": 7}
+    assert "--no-pi" in argv and argv[argv.index("--scales") + 1] == "a=s.json"
+
+
+def heldout(vanilla, lpes):
+    """A hand-made heldout.json: per-sample scores of two methods at two positions."""
+    from lpes_harness.analysis.paired import paired_table
+
+    scored = {"task": "needle", "split": "heldout", "num_samples": 4, "mode": "generate", "chat_template": False,
+              "metadata": {}, "methods": {"vanilla": [1.0], "LPES a": [1.5]},
+              "scores": {"vanilla": vanilla, "LPES a": lpes}, "scales_files": {}, "dtype": "float32"}
+    return {"table": paired_table(scored), "scored": scored}
+
+
+def test_a_row_pairs_the_curve_with_vanilla_on_the_same_samples():
+    row, = transfer.rows("2x", heldout({"0": [1, 1, 1, 1], "50": [0, 0, 0, 1]}, {"0": [1, 1, 1, 0], "50": [1, 1, 1, 1]}))
+    assert (row["gained"], row["lost"], row["n"]) == (3, 1, 8) and row["difference"] == pytest.approx(0.25)
+    assert row["difference_interval"][0] < 0.25 < row["difference_interval"][1]
+    assert (row["worst_position"], row["worst_vanilla"], row["worst_method"]) == (50, 0.25, 1.0)
+    assert "| 2x | LPES a | 8 |" in transfer.format_rows([row]) and "+25.0 [" in transfer.format_rows([row])
+
+
+def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path, "llama")
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
+    out = tmp_path / "transfer"
+    transfer.main(["--scales", f"a={scales}", "--pretrained", str(checkpoint), "--num-samples", "1", "--seed", "3",
+                   "--condition", 'short={"task": "needle", "num_sentences": 4}',
+                   "--condition", 'longer={"task": "needle", "num_sentences": 8}', "--output", str(out)])
+    table = json.loads((out / "transfer.json").read_text())
+    assert [(r["condition"], r["method"], r["n"]) for r in table] == [("short", "LPES a", 5), ("longer", "LPES a", 5)]
+    assert table[1]["metadata"] == {"num_sentences": 8, "seed": 3}
+    assert (out / "transfer.png").stat().st_size > 0 and (out / "longer" / "heldout.json").exists()
