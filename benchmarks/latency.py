@@ -112,7 +112,7 @@ def time_prefill(model, next_logits, input_ids) -> float:
 def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
     from transformers import DynamicCache
 
-    from lpes_harness.baselines._common import greedy_generate
+    from lpes_harness.baselines.decoding import greedy_generate
 
     synchronize(input_ids.device)
     start = time.perf_counter()

@@ -6,7 +6,7 @@ from lm_eval.api.instance import Instance
 from tiny_models import random_ids, save_tiny_checkpoint, tiny_model
 
 from lpes_harness.baselines import buckets, moice, mspoe, train_moice
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines.arguments import BaselineError
 from lpes_harness.baselines.buckets import BucketsLM
 from lpes_harness.baselines.moice import MoICELM
 from lpes_harness.baselines.mspoe import MsPoELM

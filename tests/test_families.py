@@ -26,7 +26,7 @@ from tiny_models import random_ids, tiny_family_model
 
 from lpes_harness import rope, rope_anatomy
 from lpes_harness.baselines import buckets, moice, mspoe
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines.arguments import BaselineError
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
 

@@ -32,8 +32,8 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
 from lpes_harness.arg_values import parse_bool
-from lpes_harness.baselines import _common
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines import arguments, decoding, model_checks, rope_math
+from lpes_harness.baselines.arguments import BaselineError
 from lpes_harness.models import cache_keyword, hflm_model_args
 
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
@@ -44,15 +44,15 @@ DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
 class _BucketsState:
     bases: list[float]
     inv_freq: torch.Tensor  # (K, D/2)
-    recorder: _common.PositionRecorder
+    recorder: rope_math.PositionRecorder
 
 
 _STATE_ATTR = "_buckets_state"
 
 
 def resolve_bases(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> list[float]:
-    relative = DEFAULT_RELATIVE_BASES if bases is None else _common.parse_float_list("bases", bases)
-    theta = _common.rope_theta(model)
+    relative = DEFAULT_RELATIVE_BASES if bases is None else arguments.parse_float_list("bases", bases)
+    theta = rope_math.rope_theta(model)
     return [float(b) for b in relative] if absolute_bases else [theta * float(b) for b in relative]
 
 
@@ -60,10 +60,10 @@ def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -
     """Make row block k of every batch use RoPE base ``bases[k]``. Inputs must be repeated K times."""
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("Attention Buckets is already installed on this model; call buckets.remove(model) first")
-    parts = _common.check_model(model, "buckets_hf", rewrites_attention=False)
-    theta = _common.rope_theta(model)
+    parts = model_checks.check_model(model, "buckets_hf", rewrites_attention=False)
+    theta = rope_math.rope_theta(model)
     absolute = resolve_bases(model, bases, absolute_bases)
-    inv_freq = torch.stack([_common.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
+    inv_freq = torch.stack([rope_math.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
     state = _BucketsState(absolute, inv_freq, recorder=None)  # type: ignore[arg-type]
 
     def per_block_rope(x, position_ids, output):
@@ -75,9 +75,9 @@ def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -
             )
         position_ids = position_ids.expand(batch, -1)  # (1, T) when the model made them itself
         rows = state.inv_freq.to(position_ids.device).repeat_interleave(batch // n_bases, dim=0)
-        return _common.cos_sin(position_ids, rows[:, None, :], parts.rotary_emb.attention_scaling, x.dtype)
+        return rope_math.cos_sin(position_ids, rows[:, None, :], parts.rotary_emb.attention_scaling, x.dtype)
 
-    state.recorder = _common.PositionRecorder(parts.rotary_emb, replace=per_block_rope)
+    state.recorder = rope_math.PositionRecorder(parts.rotary_emb, replace=per_block_rope)
     setattr(model, _STATE_ATTR, state)
     return model
 
@@ -130,13 +130,13 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
     def next_logits(step_ids, mask, positions, cache):
         return forward_logits(model, step_ids, mask, positions, cache, last_only=True)
 
-    return _common.greedy_generate(
+    return decoding.greedy_generate(
         next_logits,
         lambda: DynamicCache(config=model.config),
         input_ids,
         attention_mask,
         max_length,
-        eos_token_ids=_common.eos_ids(model),
+        eos_token_ids=decoding.eos_ids(model),
         pad_token_id=pad_token_id,
         stopping_criteria=stopping_criteria,
     )
@@ -158,7 +158,7 @@ class BucketsLM(HFLM):
         model_args = hflm_model_args(pretrained, gguf_file, device)
         absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
         if bases is not None:
-            _common.parse_float_list("bases", bases)  # before the (slow) model load
+            arguments.parse_float_list("bases", bases)  # before the (slow) model load
         super().__init__(**model_args, **kwargs)
         install(self.model, bases, absolute_bases)
 

@@ -45,8 +45,8 @@ from torch import nn
 
 from lpes_harness import rope_anatomy
 from lpes_harness.arg_values import parse_bool
-from lpes_harness.baselines import _common
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines import arguments, attention, model_checks, rope_math
+from lpes_harness.baselines.arguments import BaselineError
 from lpes_harness.models import hflm_model_args
 
 # The authors' base set (training/train.sh) relative to Llama 2's theta = 10000.
@@ -78,7 +78,7 @@ class _MoICEState:
     bases: list[float]
     top_k: int
     inv_freq: torch.Tensor  # (E, D/2)
-    recorder: _common.PositionRecorder
+    recorder: rope_math.PositionRecorder
     # When set (training), each layer appends its router logits (B, H, T, E) here.
     router_logits: list[torch.Tensor] | None = None
     trained_from: str | None = None
@@ -101,17 +101,17 @@ def routing_weights(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
 def _moice_forward(state: _MoICEState):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
                 **kwargs):
-        past_key_values = _common.layer_cache(past_key_values, cache)
+        past_key_values = attention.layer_cache(past_key_values, cache)
         batch, q_len = hidden_states.shape[:2]
-        query, key, value = _common.projections(self, hidden_states)
+        query, key, value = attention.projections(self, hidden_states)
         n_experts, n_kv = len(state.bases), key.shape[1]
 
         position_ids = state.recorder.position_ids.to(hidden_states.device).expand(batch, -1)
         inv_freq = state.inv_freq.to(hidden_states.device)[:, None, None, :]  # (E, 1, 1, D/2)
-        cos, sin = _common.cos_sin(position_ids[None], inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
+        cos, sin = rope_math.cos_sin(position_ids[None], inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
         cos, sin = cos[:, :, None], sin[:, :, None]  # (E, B, 1, T, D): broadcast over heads
-        queries = _common.apply_rope(query[None], cos, sin)  # (E, B, H, T, D)
-        keys = _common.apply_rope(key[None], cos, sin)  # (E, B, Hkv, T, D)
+        queries = rope_math.apply_rope(query[None], cos, sin)  # (E, B, H, T, D)
+        keys = rope_math.apply_rope(key[None], cos, sin)  # (E, B, Hkv, T, D)
 
         router = getattr(self, ROUTER_ATTR)
         logits = router(queries[0].to(router.gate_1.weight.dtype))  # (B, H, T, E)
@@ -130,7 +130,7 @@ def _moice_forward(state: _MoICEState):
         mask = attention_mask
         if mask is not None and mask.shape[0] != 1:
             mask = mask.repeat(n_experts, *([1] * (mask.dim() - 1)))  # expert-major rows, like the queries
-        outputs = _common.attend(self, queries, keys, values, mask, **kwargs)  # (E*B, T, H, D)
+        outputs = attention.attend(self, queries, keys, values, mask, **kwargs)  # (E*B, T, H, D)
         outputs = outputs.view(n_experts, batch, q_len, *outputs.shape[2:])
         mixed = (weights.permute(3, 0, 2, 1)[..., None] * outputs).sum(dim=0)  # (B, T, H, D)
         return self.o_proj(mixed.reshape(batch, q_len, -1).contiguous()), None
@@ -149,14 +149,14 @@ def install(
     """Add a router to every layer and mix E RoPE bases per head (MoICE). Returns the same model."""
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("MoICE is already installed on this model; call moice.remove(model) first")
-    _common.check_attention_implementation(model, "moice_hf")
-    parts = _common.check_model(model, "moice_hf", rewrites_attention=True)
-    theta = _common.rope_theta(model)
+    attention.check_attention_implementation(model, "moice_hf")
+    parts = model_checks.check_model(model, "moice_hf", rewrites_attention=True)
+    theta = rope_math.rope_theta(model)
     saved = read_gates(gates) if gates else None
     if saved is not None and bases is None:
         relative = list(saved["relative_bases"])
     elif bases is not None:
-        relative = _common.parse_float_list("bases", bases)
+        relative = arguments.parse_float_list("bases", bases)
     else:
         relative = list(DEFAULT_RELATIVE_BASES)
     absolute = relative if absolute_bases else [theta * b for b in relative]
@@ -168,8 +168,8 @@ def install(
     top_k = int(top_k)
     if not 1 <= top_k <= n_experts:
         raise BaselineError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
-    inv_freq = torch.stack([_common.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
-    state = _MoICEState(parts, relative, absolute, top_k, inv_freq, _common.PositionRecorder(parts.rotary_emb))
+    inv_freq = torch.stack([rope_math.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
+    state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts.rotary_emb))
 
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # reproducible untrained routers, without touching the caller's RNG
@@ -179,7 +179,7 @@ def install(
             router = MoICERouter(attn.head_dim, n_experts, getattr(model.config, "hidden_act", "silu"))
             router.to(device=attn.q_proj.weight.device, dtype=attn.q_proj.weight.dtype)
             attn.add_module(ROUTER_ATTR, router)
-            _common.replace_attention_forward(attn, _moice_forward(state))
+            attention.replace_attention_forward(attn, _moice_forward(state))
     finally:
         torch.random.set_rng_state(generator_state)
     setattr(model, _STATE_ATTR, state)
@@ -200,7 +200,7 @@ def remove(model: nn.Module) -> nn.Module:
     if state is None:
         return model
     for layer in state.parts.layers:
-        _common.restore_attention_forward(layer.self_attn)
+        attention.restore_attention_forward(layer.self_attn)
         if hasattr(layer.self_attn, ROUTER_ATTR):
             delattr(layer.self_attn, ROUTER_ATTR)
     state.recorder.remove()
@@ -303,7 +303,7 @@ class MoICELM(HFLM):
         # The cheap checks first: the model load is slow.
         absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
         if bases is not None:
-            _common.parse_float_list("bases", bases)
+            arguments.parse_float_list("bases", bases)
         if gates is not None:
             read_gates(gates)
         if top_k is not None:

@@ -44,8 +44,9 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from lpes_harness import rope_anatomy
-from lpes_harness.baselines import _common
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines import arguments, attention, model_checks, rope_math
+from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.lmeval.hflm import RightPaddingLengthsMixin
 from lpes_harness.models import hflm_model_args
 
 HEAD_MAPPINGS = ("rank", "reference")
@@ -61,7 +62,7 @@ class _MsPoEState:
     max_ratio: float
     head_mapping: str
     head_order: str
-    recorder: _common.PositionRecorder
+    recorder: rope_math.PositionRecorder
     # Per layer, per row: each head's ratio, set on the prefill, reused while decoding.
     head_ratios: dict[int, torch.Tensor] = field(default_factory=dict)
     # Set by MsPoELM for right-padded loglikelihood batches: index of each row's last token.
@@ -123,11 +124,11 @@ def _visible_keys(attention_mask, batch: int, q_len: int, kv_len: int, query_ind
 def _mspoe_forward(state: _MsPoEState):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
                 **kwargs):
-        past_key_values = _common.layer_cache(past_key_values, cache)
+        past_key_values = attention.layer_cache(past_key_values, cache)
         batch, q_len = hidden_states.shape[:2]
-        query, key, value = _common.projections(self, hidden_states)
+        query, key, value = attention.projections(self, hidden_states)
         n_heads, n_kv = query.shape[1], key.shape[1]
-        key = _common.repeat_heads(key, n_heads // n_kv)  # one key per query head: each gets its own ratio
+        key = attention.repeat_heads(key, n_heads // n_kv)  # one key per query head: each gets its own ratio
         past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None else 0
 
         if state.head_order == "fixed":
@@ -148,12 +149,12 @@ def _mspoe_forward(state: _MsPoEState):
 
         position_ids = state.recorder.position_ids.to(hidden_states.device)  # (B, T)
         scaled = position_ids[:, None, :].float() / ratios[:, :, None]  # (B, H, T)
-        cos, sin = _common.cos_sin(scaled, state.parts.rotary_emb.inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
-        query, key = _common.apply_rope(query, cos, sin), _common.apply_rope(key, cos, sin)
+        cos, sin = rope_math.cos_sin(scaled, state.parts.rotary_emb.inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
+        query, key = rope_math.apply_rope(query, cos, sin), rope_math.apply_rope(key, cos, sin)
 
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
-        output = _common.attend(self, query, key, value, attention_mask, **kwargs)
+        output = attention.attend(self, query, key, value, attention_mask, **kwargs)
         return self.o_proj(output.reshape(batch, q_len, -1).contiguous()), None
 
     return forward
@@ -172,12 +173,12 @@ def install(
         raise BaselineError("Ms-PoE is already installed on this model; call mspoe.remove(model) first")
     min_ratio, max_ratio = float(min_ratio), float(max_ratio)
     check_arguments(min_ratio, max_ratio, head_mapping, head_order)
-    _common.check_attention_implementation(model, "mspoe_hf")
-    parts = _common.check_model(model, "mspoe_hf", rewrites_attention=True)
-    chosen = _common.parse_layers(layers, len(parts.layers), default_start=2)
-    state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, _common.PositionRecorder(parts.rotary_emb))
+    attention.check_attention_implementation(model, "mspoe_hf")
+    parts = model_checks.check_model(model, "mspoe_hf", rewrites_attention=True)
+    chosen = arguments.parse_layers(layers, len(parts.layers), default_start=2)
+    state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, rope_math.PositionRecorder(parts.rotary_emb))
     for index in chosen:
-        _common.replace_attention_forward(parts.layers[index].self_attn, _mspoe_forward(state))
+        attention.replace_attention_forward(parts.layers[index].self_attn, _mspoe_forward(state))
     setattr(model, _STATE_ATTR, state)
     return model
 
@@ -187,7 +188,7 @@ def remove(model: nn.Module) -> nn.Module:
     if state is None:
         return model
     for index in state.layers:
-        _common.restore_attention_forward(state.parts.layers[index].self_attn)
+        attention.restore_attention_forward(state.parts.layers[index].self_attn)
     state.recorder.remove()
     delattr(model, _STATE_ATTR)
     return model
@@ -201,7 +202,7 @@ def get_state(model: nn.Module) -> _MsPoEState:
 
 
 @register_model("mspoe_hf")
-class MsPoELM(_common.RightPaddingLengthsMixin, HFLM):
+class MsPoELM(RightPaddingLengthsMixin, HFLM):
     """HFLM whose attention heads each see positions divided by their own ratio (Ms-PoE)."""
 
     def __init__(

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from lpes_harness.baselines import moice
-from lpes_harness.baselines._common import BaselineError
+from lpes_harness.baselines.arguments import BaselineError
 from lpes_harness.baselines.moice import get_state, routers
 
 AUX_LOSS_COEF = 0.3

@@ -1,0 +1,56 @@
+"""The baselines' errors and the parsers of their own ``--model_args`` (bases, layers).
+
+Booleans and ``;`` number lists are parsed as for ``lpes_hf`` (:mod:`lpes_harness.arg_values`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lpes_harness.arg_values import number_list
+from lpes_harness.rope_anatomy import LPESError
+
+
+class BaselineError(LPESError):
+    """Bad input to a baseline: the message names what was given and what is accepted."""
+
+
+def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.0) -> list[float]:
+    """``1.0;1.3;1.6`` (or a number, or a list) -> floats, each checked."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        values = [float(value)]
+    elif isinstance(value, (list, tuple)):
+        values = [float(v) for v in value]
+    else:
+        text = str(value).strip()
+        try:
+            values = number_list(text, ";,")
+        except ValueError:
+            raise BaselineError(f"{name}={value!r} is not understood; give numbers separated by ';'") from None
+    if not values:
+        raise BaselineError(f"{name}={value!r} is empty; give numbers separated by ';'")
+    for v in values:
+        if not math.isfinite(v) or (minimum_exclusive is not None and v <= minimum_exclusive):
+            raise BaselineError(f"{name}={value!r}: every value must be a finite number > {minimum_exclusive:g}")
+    return values
+
+
+def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]:
+    """``None`` -> ``default_start..L-1``; ``"2:"`` / ``"2:10"`` (a slice) or ``"2;3;5"`` -> layer indices."""
+    if value is None:
+        return list(range(min(default_start, n_layers), n_layers))
+    text = ";".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value).strip()
+    accepted = "a slice like '2:' or '2:10', or indices separated by ';' (e.g. '2;3;5')"
+    try:
+        if ":" in text:
+            start, _, stop = text.partition(":")
+            layers = list(range(n_layers))[slice(int(start) if start else None, int(stop) if stop else None)]
+        else:
+            layers = sorted({int(part) for part in text.split(";") if part.strip()})
+    except ValueError:
+        raise BaselineError(f"layers={value!r} is not understood; give {accepted}") from None
+    bad = [i for i in layers if not 0 <= i < n_layers]
+    if bad or not layers:
+        raise BaselineError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")
+    return layers

@@ -1,0 +1,113 @@
+"""What a baseline can run on: refused, before anything is changed, where it would be wrong."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from lpes_harness import rope, rope_anatomy
+from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.baselines.rope_math import cos_sin
+
+
+# The baselines re-implement a Llama-style attention (q/k/v/o projections, optional per-head
+# q/k norms, rotate-half RoPE on the whole head, the model's attention kernel). The families
+# where that was checked against the model's own attention (tests/test_families.py); any
+# other model type is refused by the baselines that rewrite attention.
+VERIFIED_ATTENTION = ("llama", "mistral", "qwen2", "qwen3", "gemma", "granite")
+_ATTENTION_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}
+
+
+def _refuse(who: str, model_type: str, reason: str, accepted: str) -> BaselineError:
+    return BaselineError(f"{who} cannot run on model type '{model_type}': {reason}. {accepted}")
+
+
+def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope_anatomy.RoPEParts:
+    """Refuse, before anything is changed, a model on which baseline ``who`` would be wrong.
+
+    Every baseline recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so the
+    model's rotary embedding must be one ``rotary_emb(x, position_ids)`` call per forward
+    (not Gemma-3's one call per layer type) whose output that formula reproduces (not
+    Cohere's interleaved layout, not Llama-4's complex ``freqs_cis``). A baseline that also
+    rewrites each layer's attention (Ms-PoE, MoICE) needs the Llama-style attention it
+    re-implements, in every layer (no NoPE layer, no partial rotary, no fused projections,
+    no attention softcapping), on a model type where that was verified.
+    """
+    try:
+        parts = rope.check_supported(model)
+    except rope_anatomy.LPESError as err:
+        raise BaselineError(f"{who} cannot run on this model: {err}") from err
+    model_type = parts.model_type
+    plain = "Accepted: Llama-style models with one plain RoPE for all layers (Llama, SmolLM2, Qwen2, Mistral)"
+    rotary = parts.rotary_emb
+    extra = [name for name in list(inspect.signature(type(rotary).forward).parameters)[3:]]
+    if extra:
+        raise _refuse(
+            who, model_type,
+            f"its rotary embedding is called with {', '.join(map(repr, extra))} (a different RoPE per layer type, "
+            f"e.g. Gemma-3's 10k sliding / 1M full bases), and this baseline applies one RoPE to every layer",
+            plain,
+        )
+    if not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor) or not hasattr(rotary, "attention_scaling"):
+        raise _refuse(who, model_type, f"its rotary embedding {type(rotary).__name__} has no `inv_freq`", plain)
+    device = rotary.inv_freq.device
+    position_ids = torch.arange(8, device=device)[None]
+    forward = rope_anatomy.undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
+    with torch.no_grad():
+        own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids)
+    ours = cos_sin(position_ids, rotary.inv_freq, rotary.attention_scaling, torch.float32)
+    if any(a.shape != b.shape or not torch.allclose(a.float(), b, atol=1e-6) for a, b in zip(own, ours)):
+        raise _refuse(
+            who, model_type,
+            "its rotary embedding lays out (cos, sin) differently from cat(freqs, freqs) (e.g. interleaved pairs)",
+            plain,
+        )
+    if not rewrites_attention:
+        return parts
+
+    config = rope_anatomy.decoder_config(parts, model)
+    nope = rope_anatomy.nope_layers_in(parts)
+    if nope:
+        raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this baseline rotates every layer", plain)
+    for name in ("attn_logit_softcapping", "clip_qkv"):
+        if getattr(config, name, None) is not None:
+            reason = f"its attention uses {name}={getattr(config, name)!r}, which this baseline does not re-implement"
+            raise _refuse(who, model_type, reason, plain)
+    for index, layer in enumerate(parts.layers):
+        attn = getattr(layer, "self_attn", None)
+        children = set(dict(attn.named_children())) if attn is not None else set()
+        if attn is None or not {"q_proj", "k_proj", "v_proj", "o_proj"} <= children or children - _ATTENTION_CHILDREN:
+            found = f"its attention has parts {sorted(children)}" if attn is not None else "it has no `self_attn`"
+            raise _refuse(
+                who, model_type,
+                f"layer {index}: {found}, and this baseline re-implements a `self_attn` made of q_proj, k_proj, "
+                f"v_proj, o_proj and optional per-head q_norm / k_norm",
+                plain,
+            )
+        head_dim = getattr(attn, "head_dim", None)
+        if 2 * rotary.inv_freq.numel() != head_dim:
+            raise _refuse(
+                who, model_type,
+                f"RoPE rotates {2 * rotary.inv_freq.numel()} of the {head_dim} dimensions of a head (partial rotary), "
+                f"and this baseline rotates whole heads",
+                plain,
+            )
+        for norm in ("q_norm", "k_norm"):
+            weight = getattr(getattr(attn, norm, None), "weight", None)
+            if weight is not None and weight.shape[-1] != head_dim:
+                raise _refuse(
+                    who, model_type,
+                    f"its {norm} normalises all heads together ({weight.shape[-1]} values), "
+                    f"this baseline normalises per head",
+                    plain,
+                )
+    if model_type not in VERIFIED_ATTENTION:
+        raise _refuse(
+            who, model_type,
+            f"this baseline re-implements the attention of model types {', '.join(VERIFIED_ATTENTION)} (checked "
+            f"against the model's own); '{model_type}' has not been checked",
+            f"Accepted model types: {', '.join(VERIFIED_ATTENTION)}",
+        )
+    return parts
