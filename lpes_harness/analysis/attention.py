@@ -25,7 +25,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.analysis.inputs import add_common_arguments, encode, load_model, prompts_from_args, pyplot, save_figure, write_json
+from lpes_harness.analysis.inputs import add_common_arguments, encode, load_model, prompts_from_args, pyplot, write_json
+from lpes_harness.files import save_figure
 
 
 def middle_third(length: int) -> tuple[int, int]:

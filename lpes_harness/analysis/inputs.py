@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from lpes_harness.files import atomic_write_json, save_figure  # noqa: F401 (save_figure re-exported)
+from lpes_harness.files import atomic_write_json
 
 TEXT_KEYS = ("prompt", "input", "text")
 

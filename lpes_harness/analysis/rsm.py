@@ -26,7 +26,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.analysis.inputs import add_common_arguments, encode, load_model, prompts_from_args, pyplot, save_figure, write_json
+from lpes_harness.analysis.inputs import add_common_arguments, encode, load_model, prompts_from_args, pyplot, write_json
+from lpes_harness.files import save_figure
 
 SEEDED_VARIANTS = ("noisy", "shuffled", "random")
 VARIANTS = ("bezier", "uniform", *SEEDED_VARIANTS)
