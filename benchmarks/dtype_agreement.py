@@ -98,7 +98,7 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = FitnessConfig(task=args.task, mode=cpu["mode"], num_samples=args.num_samples, racing=False)
+    config = FitnessConfig(task=args.task, fitness=cpu["fitness"], num_samples=args.num_samples, racing=False)
     models = {dtype: LPESLM(dtype=dtype) for dtype in ("float32", "bfloat16")}
     fitness = {dtype: LMEvalFitness(lm, config) for dtype, lm in models.items()}
     layers = rope.num_layers(models["float32"].model)

@@ -69,7 +69,7 @@ def scored_fitness(fitness, scales) -> tuple[float, dict]:
 
     config = fitness.config
     value, _ = raced_fitness(score_chunk, fitness.sizes, config.weights, chunk_size=config.chunk_size,
-                             max_score=max_sample_score(config.mode), objective=config.objective)
+                             max_score=max_sample_score(config.fitness), objective=config.objective)
     return value, seen
 
 
@@ -99,14 +99,14 @@ def compare_paths(lm, base_config, genomes, progress) -> dict:
     from lpes_harness.search.fitness import LMEvalFitness
 
     paths = {
-        "generate": replace(base_config, mode="generate", racing=False),
-        "one-pass": replace(base_config, mode="greedy", scorer="lm-eval", racing=False),
-        "answer-logits": replace(base_config, mode="greedy", scorer="answer-logits", racing=False),
+        "generate": replace(base_config, fitness="generate", racing=False),
+        "one-pass": replace(base_config, fitness="greedy", scorer="lm-eval", racing=False),
+        "answer-logits": replace(base_config, fitness="greedy", scorer="answer-logits", racing=False),
     }
     fitnesses = {name: LMEvalFitness(lm, config) for name, config in paths.items()}
     # The mean gold log-probability of the answer-logits pass, scored by the product's own code
     # (an extra answer-logits pass per genome, untimed).
-    logprob = LMEvalFitness(lm, replace(base_config, mode="logprob", racing=False),
+    logprob = LMEvalFitness(lm, replace(base_config, fitness="logprob", racing=False),
                             task_manager=fitnesses["answer-logits"].scorer.task_manager)
     rows = []
     for index, genome in enumerate(genomes):

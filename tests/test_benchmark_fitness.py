@@ -26,7 +26,7 @@ def test_random_genomes_are_valid_and_the_benchmark_starts_from_the_initial_one(
 @pytest.mark.parametrize("mode", ["greedy", "logprob"])
 def test_scored_fitness_is_the_fitness_with_every_sample_kept(answering, mode):  # noqa: F811
     lm, records = answering
-    config = FitnessConfig(mode=mode, num_samples=4, chunk_size=3, metadata={"data_path": records}, racing=False)
+    config = FitnessConfig(fitness=mode, num_samples=4, chunk_size=3, metadata={"data_path": records}, racing=False)
     fitness = LMEvalFitness(lm, config)
     scales = [1.3] * 4
     value, samples = load_benchmark().scored_fitness(fitness, scales)

@@ -100,7 +100,7 @@ def test_logprob_mode_bounds_with_zero_as_the_best_sample():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"mode": "sample"}, "fitness mode 'sample' is not one of"),
+        ({"fitness": "sample"}, "fitness mode 'sample' is not one of"),
         ({"objective": "worst"}, "fitness objective 'worst' is not one of"),
         ({"weights": {"begin": 1.0, "end": 1.0}}, "weights need exactly the roles"),
         ({"weights": {"begin": -1.0, "middle": 1.0, "end": 1.0}}, "weights must be finite, >= 0"),

@@ -64,7 +64,7 @@ def test_the_paper_profile_keeps_the_papers_settings():
     args = parse_args(["--device", "cuda", "--profile", "paper"])
     assert args.profile == "paper" and args.task == "kv_retrieval"
     assert (args.population, args.parents, args.mutants, args.crossovers, args.generations) == (32, 12, 16, 4, 20)
-    assert (args.num_samples, args.mode, args.y_min, args.y_max, args.initial_y) == (200, "greedy", 1.0, 2.0, 1.5)
+    assert (args.num_samples, args.fitness, args.y_min, args.y_max, args.initial_y) == (200, "greedy", 1.0, 2.0, 1.5)
 
 
 def test_auto_on_a_gpu_takes_the_multi_needle_search_at_the_papers_size():
@@ -79,7 +79,7 @@ def test_the_command_line_and_a_config_file_override_the_profile(no_native_bf16,
     config.write_text(json.dumps({"generations": 7, "fitness": "logprob"}))
     # population = parents + the profile's crossovers and mutants (1 + 4)
     args = parse_args(["--device", "cpu", "--config", str(config), "--population", "11", "--parents", "6"])
-    assert (args.generations, args.mode, args.population, args.parents) == (7, "logprob", 11, 6)
+    assert (args.generations, args.fitness, args.population, args.parents) == (7, "logprob", 11, 6)
     assert args.num_samples == PROFILES["cpu"]["num_samples"]  # untouched: still the profile's
 
 

@@ -149,7 +149,7 @@ def test_both_scorers_give_the_same_fitness(answering, mode):
     lm, records = answering
     values = []
     for scorer in ("answer-logits", "lm-eval"):
-        config = FitnessConfig(mode=mode, scorer=scorer, num_samples=4, chunk_size=2, metadata={"data_path": records},
+        config = FitnessConfig(fitness=mode, scorer=scorer, num_samples=4, chunk_size=2, metadata={"data_path": records},
                                racing=False)
         fitness, info = LMEvalFitness(lm, config)([1.3] * 4)
         values.append((fitness, info["scores"]))
@@ -182,7 +182,7 @@ def test_tiebreak_is_greedy_accuracy_plus_a_confidence_too_small_to_reorder_it(a
     lm, records = answering
     per_mode = {}
     for mode in ("greedy", "logprob", "tiebreak"):
-        config = FitnessConfig(mode=mode, num_samples=4, chunk_size=2, metadata={"data_path": records}, racing=False)
+        config = FitnessConfig(fitness=mode, num_samples=4, chunk_size=2, metadata={"data_path": records}, racing=False)
         scorer = LMEvalFitness(lm, config).scorer
         per_mode[mode] = [v for percent in sorted(scorer.docs) for v in scorer.scores(percent, range(4))]
     greedy, logprob, tiebreak = per_mode["greedy"], per_mode["logprob"], per_mode["tiebreak"]
@@ -193,7 +193,7 @@ def test_tiebreak_is_greedy_accuracy_plus_a_confidence_too_small_to_reorder_it(a
 
 
 def test_tiebreak_refuses_sample_counts_where_confidence_could_outweigh_a_sample():
-    FitnessConfig(mode="tiebreak", num_samples=200, metadata={"num_pairs": 3})  # the paper's size: fine
+    FitnessConfig(fitness="tiebreak", num_samples=200, metadata={"num_pairs": 3})  # the paper's size: fine
     with pytest.raises(ValueError, match="fitness tiebreak: one sample is worth only"):
-        FitnessConfig(mode="tiebreak", num_samples=200, weights={"begin": 1.0, "middle": 1e-3, "end": 1.0},
+        FitnessConfig(fitness="tiebreak", num_samples=200, weights={"begin": 1.0, "middle": 1e-3, "end": 1.0},
                       metadata={"num_pairs": 3})

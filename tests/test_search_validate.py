@@ -11,13 +11,13 @@ from lpes_harness.search.validate import check_search_args
 
 # searches/ga.py's defaults (the paper profile), as its parser gives them.
 PAPER = dict(
-    pretrained=None, model_args="", device=None, batch_size=1, threads=None, task="kv_retrieval", mode="greedy",
-    weights="0.2,0.3,0.5", positions=None, num_samples=200, metadata="{}", chunk_size=25, no_racing=False,
+    pretrained=None, model_args="", device=None, batch_size=1, threads=None, task="kv_retrieval", fitness="greedy",
+    weights="0.2,0.3,0.5", positions=None, num_samples=200, metadata="{}", chunk_size=25, racing=True,
     scorer="answer-logits", population=32, parents=12, mutants=16, crossovers=4, generations=20, mx=2.0, my=0.2,
     crossover_tries=4, seed=0, mutation="paper", curve="bezier", control_points=4, brute_force=False, y_min=1.0,
     y_max=2.0, y_step=0.1, initial_y=1.5,
 )
-CPU = dict(PAPER, mode="logprob", num_samples=20, chunk_size=10, population=10, parents=4, mutants=5, crossovers=1,
+CPU = dict(PAPER, fitness="logprob", num_samples=20, chunk_size=10, population=10, parents=4, mutants=5, crossovers=1,
            generations=4, y_min=0.6, y_max=1.6, initial_y=1.0)
 
 

@@ -39,7 +39,7 @@ scales are changed in place.
 PROFILES = {
     "paper": {},
     "cpu": {
-        "task": "multi_needle", "mode": "greedy", "num_samples": 12, "chunk_size": 6,
+        "task": "multi_needle", "fitness": "greedy", "num_samples": 12, "chunk_size": 6,
         "population": 8, "parents": 3, "mutants": 4, "crossovers": 1, "generations": 3,
         "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
         "sweep": "1,0.8,1.2", "heldout_samples": 40,
@@ -52,7 +52,7 @@ PROFILES = {
     # curve and the sweep's best uniform scale (4,000 forwards, ~18 min). 20 samples per
     # position and ~40 individuals is the size at which every GPU search in #18 found the gain.
     "cpu-bf16": {
-        "task": "multi_needle", "mode": "greedy", "num_samples": 20, "chunk_size": 10,
+        "task": "multi_needle", "fitness": "greedy", "num_samples": 20, "chunk_size": 10,
         "population": 12, "parents": 5, "mutants": 6, "crossovers": 1, "generations": 4,
         "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
         "sweep": "1,0.8,1.2", "heldout_samples": 200,
@@ -63,7 +63,7 @@ PROFILES = {
     # SmolLM2: ~216k samples at the ~240 samples/s a batched bfloat16 scorer reached there.
     # Not yet measured on a GPU by this project.
     "gpu": {
-        "task": "multi_needle", "mode": "greedy", "num_samples": 100, "chunk_size": 100,
+        "task": "multi_needle", "fitness": "greedy", "num_samples": 100, "chunk_size": 100,
         "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
         "sweep": "1,0.9,0.8,1.1,1.2", "heldout_samples": 200,
     },
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "'module:ATTRIBUTE' of your own; see docs/position_tasks.md). Default: the profile's")
     fit.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
                      help="wrap prompts in the model's chat template: auto follows the task (multi_needle: on)")
-    fit.add_argument("--fitness", dest="mode", default="greedy", choices=MODES,
+    fit.add_argument("--fitness", default="greedy", choices=MODES,
                      help="greedy (default): one pass, correct iff the gold answer is the greedy argmax; generate: "
                           "lm-eval generate_until + task metric (the paper's path); logprob: mean gold-token log-prob; "
                           "tiebreak: greedy accuracy, ties broken by the gold answer's probability")
@@ -146,7 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--num-samples", type=int, default=200, help="search samples per gold position (paper 200, cpu 12)")
     fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
     fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 6)")
-    fit.add_argument("--no-racing", action="store_true", help="score every sample of every individual")
+    fit.add_argument("--racing", action=argparse.BooleanOptionalAction, default=True,
+                     help="stop scoring an individual once it cannot become a parent (default); --no-racing "
+                          "scores every sample of every individual")
     fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
                      help="one-pass modes: answer-logits (default; output layer only at the answer tokens) "
                           "or lm-eval (lm-eval's loglikelihood; same numbers, slower)")
@@ -271,7 +273,6 @@ def _read_config(parser, path) -> dict:
             parser.error(f"--config {path}:{err.lineno}: not valid JSON ({err.msg})")
     known = {action.dest for action in parser._actions}
     settings = {key.replace("-", "_"): value for key, value in (data or {}).items()}
-    settings = {("mode" if key == "fitness" else key): value for key, value in settings.items()}
     unknown = sorted(set(settings) - known)
     if unknown:
         parser.error(f"--config {path}: unknown setting(s) {unknown}; use the long flag names, e.g. 'generations'")
@@ -291,7 +292,7 @@ def _check(args) -> None:
         raise ValueError(f"--task: {err}") from None
     args.weights_dict = _role_values(args.weights, "weights", float)
     args.positions_dict = _role_values(args.positions, "positions", _percent_list) if args.positions else None
-    if args.mode == "tiebreak":  # here, so that a bad setting is one line before anything loads
+    if args.fitness == "tiebreak":  # here, so that a bad setting is one line before anything loads
         check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
     if args.heldout_samples < 0:

@@ -6,7 +6,7 @@ on the ``search`` split of a position task (``multi_needle``, ``kv_retrieval``, 
 or a user's own; each declares which gold positions are begin, middle and end), evaluated in-process on one loaded
 ``lpes_hf`` whose scales are changed in place (the model is never reloaded).
 
-How one sample is scored (``mode``: greedy, generate, logprob, tiebreak; ``scorer``:
+How one sample is scored (``fitness``: greedy, generate, logprob, tiebreak; ``scorer``:
 answer-logits or lm-eval) is :mod:`lpes_harness.lmeval.position_scorer`'s business; the search
 sees per-sample scores only. On tens of samples greedy fitness ties often, and a tie is
 otherwise decided by evaluation order: ``tiebreak`` breaks it by confidence.
@@ -118,7 +118,7 @@ def task_roles(task_name: str) -> dict[str, tuple[int, ...]]:
 @dataclass
 class FitnessConfig:
     task: str = "kv_retrieval"  # any registered position task, or "module:ATTRIBUTE"
-    mode: str = "greedy"
+    fitness: str = "greedy"  # how a sample is scored: see lmeval.position_scorer.MODES
     objective: str = "weighted"  # see OBJECTIVES and the module docstring
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     positions: dict | None = None  # role -> gold percent(s); None: the task's declared roles
@@ -133,8 +133,8 @@ class FitnessConfig:
     def __post_init__(self):
         from lpes_harness.tasks.data import TaskDataError
 
-        if self.mode not in MODES:
-            raise ValueError(f"fitness mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.fitness not in MODES:
+            raise ValueError(f"fitness mode {self.fitness!r} is not one of {', '.join(MODES)}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"fitness objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
         if self.scorer not in SCORERS:
@@ -158,7 +158,7 @@ class FitnessConfig:
                 raise ValueError(f"positions: {role}={list(percents)} is not among {self.task}'s positions {known}")
         if self.num_samples < 1 or self.chunk_size < 1:
             raise ValueError("num_samples and chunk_size must be >= 1")
-        if self.mode == "tiebreak":
+        if self.fitness == "tiebreak":
             check_tiebreak(self.weights, self.num_samples, self.positions, self.objective)
         if self.batch_size != "auto":
             from lpes_harness.lmeval.answer_logits import resolve_batch_size
@@ -210,7 +210,7 @@ class LMEvalFitness:
         percents = sorted({p for ps in config.positions.values() for p in ps})
         self.scorer = PositionScorer(
             lm, config.task, percents, metadata=config.metadata, split="search", num_samples=config.num_samples,
-            mode=config.mode, scorer=config.scorer, chat_template=config.chat_template, task_manager=task_manager,
+            mode=config.fitness, scorer=config.scorer, chat_template=config.chat_template, task_manager=task_manager,
             batch_size=config.batch_size,
         )
         # role -> [(percent, sample index)], the role's samples in scoring order
@@ -238,11 +238,11 @@ class LMEvalFitness:
             self.config.weights,
             chunk_size=self.config.chunk_size,
             threshold=threshold if self.config.racing else -math.inf,
-            max_score=max_sample_score(self.config.mode),
+            max_score=max_sample_score(self.config.fitness),
             objective=self.config.objective,
         )
         self.evaluations += 1
-        info["mode"] = self.config.mode
+        info["mode"] = self.config.fitness
         info["eval_seconds"] = round(time.perf_counter() - started, 3)
         return fitness, info
 

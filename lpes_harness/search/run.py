@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> dict:
 
     config = SearchConfig.from_settings(args)  # the flags have the config's names
     fitness_config = FitnessConfig(
-        task=args.task, mode=args.mode, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
-        metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=not args.no_racing,
+        task=args.task, fitness=args.fitness, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
+        metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=args.racing,
         scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
         batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
     )
