@@ -3,8 +3,10 @@
 - :mod:`.registration`: lazy model entries, our task folder in every ``TaskManager``, and the
   early checks wrapped around ``simple_evaluate`` and the command line; shared by the ``.pth``
   start-up hook (:mod:`lpes_harness._startup`) and ``lpes-eval`` (:mod:`lpes_harness.plugin`).
+- :mod:`.model_args`: the ``--model_args`` of the run in progress, which registration sets and
+  the task glue reads (a leaf, so that neither imports the other).
 - :mod:`.tasks`: position tasks as lm-eval tasks (``custom_dataset``, ``process_results``,
-  in-memory groups, YAML files, the precheck, results reading).
+  in-memory groups, YAML files and their generator, the precheck, results reading).
 - :mod:`.requests`: lm-eval requests and its tokenisation of a (context, answer) pair.
 - :mod:`.position_scorer`: a position task's samples scored one by one, as lm-eval prompts them
   (the search's fitness, the held-out tables and ``lpes-check`` all score through it).
