@@ -53,9 +53,10 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
     """The fingerprint of a search: ``settings`` (a mapping or an argparse namespace) and ``model``.
 
     ``settings`` holds the ``FitnessConfig`` fields (e.g. ``{**vars(args), **vars(fitness_config)}``)
-    and ``pretrained``, ``model_args`` and ``dtype``; a namespace's ``no_racing``,
-    ``weights_dict``, ``positions_dict`` and ``fitness`` are read as ``racing``, ``weights``,
-    ``positions`` and ``mode``. ``model``: the loaded ``lpes_hf`` model, or a dict with
+    and ``pretrained``, ``model_args`` and ``dtype``; a namespace's ``weights_dict``,
+    ``positions_dict`` and ``fitness`` are read as ``weights``, ``positions`` and ``mode`` (the
+    name fingerprints keep, so older checkpoints compare), and the ``no_racing`` of namespaces
+    from before ``--racing`` as ``racing``. ``model``: the loaded ``lpes_hf`` model, or a dict with
     ``pretrained`` / ``gguf_file`` / ``revision`` / ``dtype``, or None (from ``settings``).
     """
     if not isinstance(settings, Mapping):
