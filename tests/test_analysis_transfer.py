@@ -10,7 +10,7 @@ from lpes_harness.analysis import transfer
 
 def test_a_condition_is_a_name_and_task_options():
     assert transfer.parse_condition('2x length={"num_sentences": 120}') == ("2x length", {"num_sentences": 120})
-    for bad, message in [("nothing", "expected NAME="), ("x={oops", "not valid JSON"), ("x=[1]", "JSON object"),
+    for bad, message in [("nothing", "expected NAME="), ("x={oops", "not valid JSON"), ("x=[1]", "JSON object"), ("x=\"str\"", "JSON object"),
                          ('x={"chat_template": "maybe"}', "on, off or auto")]:
         with pytest.raises(ValueError, match=message):
             transfer.parse_condition(bad)

@@ -148,13 +148,13 @@ def table(p: dict[str, str]) -> list[dict]:
          "message": f"lpes-report: error: {p['a_string_inside']}: scale 1 is 'fast'"},
         # ---- searches/ga.py: what argparse already refuses (the rest: tests/test_search_validate.py)
         {"tool": "ga.py", "args": ["--population", "ten", "--output", "out"],
-         "message": "searches/ga.py: error: argument --population: invalid int value: 'ten'"},
+         "message": "lpes-search: error: argument --population: invalid int value: 'ten'"},
         {"tool": "ga.py", "args": ["--profile", "fast", "--output", "out"],
-         "message": "searches/ga.py: error: argument --profile: invalid choice: 'fast'"},
+         "message": "lpes-search: error: argument --profile: invalid choice: 'fast'"},
         {"tool": "ga.py", "args": ["--fitness", "accuracy", "--output", "out"],
-         "message": "searches/ga.py: error: argument --fitness: invalid choice: 'accuracy'"},
+         "message": "lpes-search: error: argument --fitness: invalid choice: 'accuracy'"},
         {"tool": "ga.py", "args": ["--curve", "spline", "--output", "out"],
-         "message": "searches/ga.py: error: argument --curve: invalid choice: 'spline'"},
+         "message": "lpes-search: error: argument --curve: invalid choice: 'spline'"},
     ]
     for row in rows:
         row.setdefault("empty_folders_allowed", False)

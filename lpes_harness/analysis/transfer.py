@@ -34,13 +34,15 @@ def parse_condition(text: str) -> tuple[str, dict]:
     if not sep or not name.strip():
         raise ValueError(f"--condition {text!r}: expected NAME={{json options}}")
     try:
-        parsed = json.loads(options)
+        parsed, problem = json.loads(options), None
     except json.JSONDecodeError as err:
-        raise ValueError(f"--condition {name!r}: options are not valid JSON ({err.msg})") from None
-    if not isinstance(parsed, dict):
-        raise ValueError(f"--condition {name!r}: options must be a JSON object")
-    if parsed.get("chat_template", "auto") not in ("auto", "on", "off"):
-        raise ValueError(f"--condition {name!r}: chat_template must be on, off or auto")
+        parsed, problem = None, f"not valid JSON ({err.msg})"
+    if problem is None and not isinstance(parsed, dict):
+        problem = "must be a JSON object"
+    elif problem is None and parsed.get("chat_template", "auto") not in ("auto", "on", "off"):
+        problem = "chat_template must be on, off or auto"
+    if problem:
+        raise ValueError(f"--condition {name!r}: options {problem}")
     return name.strip(), parsed
 
 

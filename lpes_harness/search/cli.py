@@ -1,4 +1,4 @@
-"""The command line of ``searches/ga.py``: flags, profiles, config files, and the checks of
+"""The command line of ``lpes-search`` (``searches/ga.py``): flags, profiles, config files, and the checks of
 the settings that run before anything heavy loads (``parse_args`` exits 2 with one line)."""
 
 from __future__ import annotations
@@ -96,18 +96,18 @@ in late layers, while *uniform* 1.2 already wrecks the model. The sweep therefor
 picks the starting individual (the best uniform scale); it never narrows the range.
 
 examples:
-  python searches/ga.py                                   # bundled SmolLM2, profile auto
-  python searches/ga.py --profile paper --device cuda     # the paper's settings
-  python searches/ga.py --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
-  python searches/ga.py --resume --output results/my_run  # continue a stopped run
-  python searches/ga.py --config my_search.json           # settings from a file (keys = long flag names)
+  lpes-search                                   # bundled SmolLM2, profile auto
+  lpes-search --profile paper --device cuda     # the paper's settings
+  lpes-search --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
+  lpes-search --resume --output results/my_run  # continue a stopped run
+  lpes-search --config my_search.json           # settings from a file (keys = long flag names)
   accelerate launch --multi_gpu --num_processes 2 searches/ga.py ...  # split each evaluation's samples (gloo on CPU)
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="searches/ga.py", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="lpes-search", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],

@@ -1,4 +1,4 @@
-"""The search command (``python searches/ga.py``): wires model, fitness, loop and callbacks.
+"""The search command (``lpes-search``, or ``python searches/ga.py``): wires model, fitness, loop and callbacks.
 
 The flags, profiles and input checks are in :mod:`lpes_harness.search.cli`.
 
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
         problems = mismatches(saved, current) if saved else ["the checkpoint has no fingerprint (made before it existed)"]
         if problems:
             for line in problems:
-                print(f"searches/ga.py: error: --resume {output}: the checkpoint was made with different settings: "
+                print(f"lpes-search: error: --resume {output}: the checkpoint was made with different settings: "
                       f"{line}", file=sys.stderr)
             raise SystemExit(2)
     if args.heldout_samples:
@@ -210,7 +210,7 @@ def _check_heldout_cache(output: Path, args) -> None:
     try:
         _heldout_cache(output, args)
     except ValueError as err:
-        raise SystemExit(f"searches/ga.py: error: {err}") from None
+        raise SystemExit(f"lpes-search: error: {err}") from None
 
 
 def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
