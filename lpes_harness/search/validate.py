@@ -64,6 +64,7 @@ def check_search_args(args) -> None:
     if batch_size is not _MISSING and not _is_batch_size(batch_size):
         raise ValueError(f"--batch-size {batch_size!r}: must be an integer >= 1, 'auto' or 'auto:N'")
     _check_model_args(args)
+    _check_packaged_model(args)
     _check_genome_fits_the_model(args)
 
 
@@ -156,6 +157,19 @@ def _check_model_args(args) -> None:
             f"--model-args {_get(args, 'model_args')!r}: {', '.join(given)} cannot be given to a search, "
             "which sets the layer scales itself"
         )
+
+
+def _check_packaged_model(args) -> None:
+    """A short model name (``gemma3-270m``) whose package is not installed: say how to install it, now."""
+    from lpes_harness.models import BundledModelMissing, resolve_pretrained
+
+    pretrained = _get(args, "pretrained")
+    try:
+        resolve_pretrained(None if pretrained is _MISSING else pretrained)
+    except BundledModelMissing as err:
+        raise ValueError(str(err)) from None
+    except OSError:
+        return  # a path that is not there: the load reports it with the path
 
 
 def _check_genome_fits_the_model(args) -> None:
