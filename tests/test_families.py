@@ -9,7 +9,8 @@ Each supported row checks that
 - cached greedy ``generate`` equals full recomputation;
 - ``remove()`` restores the model exactly;
 - each baseline either reduces to vanilla in its trivial setting or refuses at install with
-  an error naming the model type.
+  an error naming the model type (and Buckets' answer-logits path reads its full logits);
+- the answer-logits scorers' output layer gives the model's own logits.
 
 A row LPES cannot scale must be refused at ``install`` with an error naming the model type
 and the reason. Add a family by adding a row to ``FAMILIES``.
@@ -255,6 +256,18 @@ def test_cached_greedy_generation_equals_full_recomputation(family):
 
 
 @pytest.mark.parametrize("family", ids_of(SUPPORTED))
+def test_the_answer_logits_output_layer_is_the_models_own(family):
+    """What the answer-logits scorers run after the decoder gives the model's own logits (Granite divides them)."""
+    from lpes_harness.lmeval.answer_logits import output_layer
+
+    model = build(family)
+    ids = random_ids(LENGTH)
+    with torch.no_grad():
+        ours = output_layer(model, model.get_decoder()(input_ids=ids).last_hidden_state)
+    torch.testing.assert_close(ours, logits(model, ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ids_of(SUPPORTED))
 def test_remove_restores_the_model_exactly(family):
     # Dynamic NTK keeps state across calls even in vanilla transformers, so the model is
     # compared with a twin that went through the same inputs without LPES.
@@ -329,5 +342,12 @@ def test_each_baseline_works_or_refuses_at_install(family, baseline):
     TRIVIAL[baseline](model)
     trivial = _baseline_logits(baseline, model, ids)
     torch.testing.assert_close(trivial, vanilla, rtol=1e-5, atol=1e-5)
+    if baseline == "buckets":  # its loglikelihood's logits at a few positions only, seven bases: the same numbers
+        buckets.remove(model)
+        buckets.install(model)
+        rows, columns = torch.zeros(3, dtype=torch.long), torch.tensor([0, 11, 23])
+        with torch.no_grad():
+            full = buckets.forward_logits(model, ids)[0, columns]
+            torch.testing.assert_close(buckets.answer_logits(model, ids, rows, columns), full, rtol=1e-4, atol=1e-4)
     MODULES[baseline].remove(model)
     assert torch.equal(logits(model, ids), vanilla)

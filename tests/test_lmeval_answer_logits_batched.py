@@ -119,7 +119,8 @@ def test_auto_halves_the_batch_on_out_of_memory_and_remembers_what_fits(lm, monk
     monkeypatch.delattr(lm, "_lpes_score_batch", raising=False)
     groups = [(lm.tok_encode(c), [i], [lm._encode_pair(c, a[0])[1]]) for i, (c, a) in enumerate(zip(CONTEXTS, ANSWERS))
               if len(c) > 1]
-    scored = list(scoring._score_in_batches(lm, groups, 8, several=False, auto=True))
+    score = lambda batch: scoring._score_batch(lm, [(g[0], g[2]) for g in batch], False)  # noqa: E731
+    scored = list(scoring._in_batches(lm, groups, 8, score, auto=True))
     assert tried[:3] == [len(groups), 4, 2] and max(tried[2:]) <= 2
     assert lm._lpes_score_batch == 2
     assert [g[1] for g, _ in scored] == [g[1] for g in groups]
@@ -128,4 +129,4 @@ def test_auto_halves_the_batch_on_out_of_memory_and_remembers_what_fits(lm, monk
         assert mine[0].logprob == pytest.approx(theirs[0].logprob, abs=1e-5)
     monkeypatch.setattr(scoring, "_score_batch", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
     with pytest.raises(torch.OutOfMemoryError):  # a batch size the user chose is not changed behind their back
-        list(scoring._score_in_batches(lm, groups, 8, several=False, auto=False))
+        list(scoring._in_batches(lm, groups, 8, score, auto=False))

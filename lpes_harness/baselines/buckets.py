@@ -13,8 +13,11 @@ raw logits).
   default is the set of the authors' RAG experiments, ``[10000, 13000, ..., 28000]`` for
   Llama 2's ``theta = 10000``, i.e. ``1.0;1.3;1.6;1.9;2.2;2.5;2.8``. ``absolute_bases=true``
   takes the numbers as bases as they are.
-- ``loglikelihood`` merges the logits the same way at every position (each position is
-  the "last token" of its prefix).
+- ``loglikelihood`` merges the logits the same way at each answer position (each position
+  is the "last token" of its prefix). One forward of the K copies through the decoder, and
+  the output layer only at the answer's positions, for every copy: the numbers lm-eval's own
+  path gives (full-vocabulary logits of all K copies at every position, merged), at a
+  fraction of the cost (docs/baselines.md).
 - Generation is greedy, with its own decoding loop: the K copies must share one merged
   token per step, which ``generate()`` cannot express. Sampling arguments are refused.
 - Only plain RoPE (``rope_type: default``) has a base to change.
@@ -34,6 +37,8 @@ from torch import nn
 from lpes_harness.arg_values import parse_bool
 from lpes_harness.baselines import arguments, decoding, model_checks, rope_math
 from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.lmeval.answer_logits import output_layer
+from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 from lpes_harness.models import cache_keyword, hflm_model_args
 
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
@@ -120,6 +125,16 @@ def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_id
     return merged[:, -1] if last_only else merged
 
 
+def answer_logits(model: nn.Module, input_ids, rows, columns) -> torch.Tensor:
+    """Merged logits ``(n, V)`` at positions ``(rows[i], columns[i])`` of ``input_ids`` ``(B, T)``:
+    one forward of the K copies through the decoder, the output layer only at those positions
+    (for every copy), merged as :func:`forward_logits` merges them."""
+    n_bases = len(get_state(model).bases)
+    hidden = model.get_decoder()(input_ids=input_ids.repeat(n_bases, 1), use_cache=False).last_hidden_state
+    hidden = hidden.reshape(n_bases, input_ids.shape[0], *hidden.shape[1:])[:, rows, columns]  # (K, n, H)
+    return merge_logits(output_layer(model, hidden))
+
+
 def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, max_new_tokens=None, stopping_criteria=None, pad_token_id=None):
     """Greedy decoding of the merged K copies, with one KV cache holding all of them."""
     from transformers import DynamicCache
@@ -143,7 +158,7 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
 
 
 @register_model("buckets_hf")
-class BucketsLM(HFLM):
+class BucketsLM(AnswerLogitsLoglikelihoodMixin, HFLM):
     """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets)."""
 
     def __init__(
@@ -161,6 +176,11 @@ class BucketsLM(HFLM):
             arguments.parse_float_list("bases", bases)  # before the (slow) model load
         super().__init__(**model_args, **kwargs)
         install(self.model, bases, absolute_bases)
+
+    def answer_logits(self, input_ids, rows, columns):
+        """``loglikelihood``'s logits: the merged K copies at the answer positions only."""
+        with torch.no_grad():
+            return answer_logits(self.model, input_ids, rows, columns)
 
     def _model_call(self, inps, attn_mask=None, labels=None):
         with torch.no_grad():

@@ -11,7 +11,7 @@
 - :mod:`.position_scorer`: a position task's samples scored one by one, as lm-eval prompts them
   (the search's fitness, the held-out tables and ``lpes-check`` all score through it).
 - :mod:`.answer_logits`: the fast one-pass scorer behind it (logits only at the answer tokens).
-- :mod:`.hflm`: what our HFLM subclasses override of HFLM.
+- :mod:`.hflm`: what our HFLM subclasses override of HFLM (and `loglikelihood` with logits only at the answers).
 - :mod:`.contract`: the lm-eval internals all of the above assume, checked by
   ``tests/test_lmeval_contract.py`` against the pinned version.
 

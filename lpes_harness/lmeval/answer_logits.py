@@ -21,6 +21,10 @@ first run the prompt (all rows in one forward, keeping the cache), then every an
 row in a second forward on a copy of its row's cache. In float32 the batched scores equal the
 per-prompt ones to rounding (tests/test_lmeval_answer_logits_batched.py).
 
+:func:`score_token_pairs` is lm-eval's ``loglikelihood`` itself, one row per pair and no shared
+prompt, with the output layer only at the answers, for a model that supplies its own logits at
+given positions (Attention Buckets, through :class:`lpes_harness.lmeval.hflm.AnswerLogitsLoglikelihoodMixin`).
+
 Tokenisation is lm-eval's own (:func:`lpes_harness.lmeval.requests.encode_pair`, which moves the context's trailing spaces
 into the continuation). A sequence longer than the model's window is truncated from the left
 and scored alone, exactly as lm-eval does.
@@ -84,10 +88,52 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     for several in (False, True):
         rows = [g for g in batchable if (len(g[2]) > 1) == several]
         rows.sort(key=lambda g: len(g[0]) + max(len(a) for a in g[2]), reverse=True)
-        for group, scores in _score_in_batches(lm, rows, size, several, auto=batch_size == "auto"):
+        def score_batch(batch, several=several):
+            return _score_batch(lm, [(g[0], g[2]) for g in batch], several)
+
+        for group, scores in _in_batches(lm, rows, size, score_batch, auto=batch_size == "auto"):
             for i, score in zip(group[1], scores):
                 results[i] = score
     return results
+
+
+def score_token_pairs(lm, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int | str,
+                      logits_at) -> list[AnswerScore]:
+    """lm-eval's ``loglikelihood`` on tokenised ``(context, answer)`` pairs, with logits only at the answers.
+
+    Each pair is the row lm-eval feeds, ``(context + answer)[-(max_length + 1):][:-1]``, whose
+    last ``len(answer)`` positions predict the answer. Rows go longest first, ``batch_size``
+    per forward (as :func:`resolve_batch_size`), right-padded with token 0 and no mask, as
+    lm-eval pads them (no real token of a causal model sees the padding after it).
+    ``logits_at(input_ids, rows, columns)`` runs the model and returns the logits ``(n, V)``
+    at those ``n`` positions only. Unlike :func:`score_answers`, no prompt is shared between
+    pairs, so a model whose forward is not the plain decoder (Attention Buckets' K copies)
+    only has to supply ``logits_at``.
+    """
+    rows = []
+    for context, answer in encoded:
+        if not context or not answer:
+            raise ValueError(f"loglikelihood needs a context and an answer of at least one token; got {len(context)} "
+                             f"and {len(answer)} tokens")
+        rows.append((list(context) + list(answer))[-(lm.max_length + 1) :][:-1])
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
+    def score_batch(batch):
+        return _score_rows([rows[i] for i in batch], [encoded[i][1] for i in batch], lm.device, logits_at)
+
+    results: list[AnswerScore | None] = [None] * len(rows)
+    size = resolve_batch_size(lm, batch_size)
+    for index, result in _in_batches(lm, order, size, score_batch, auto=batch_size == "auto"):
+        results[index] = result
+    return results
+
+
+@torch.inference_mode()
+def _score_rows(rows: list[list[int]], answers: list[list[int]], device, logits_at) -> list[AnswerScore]:
+    ids = torch.zeros(len(rows), max(len(row) for row in rows), dtype=torch.long)
+    for index, row in enumerate(rows):
+        ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+    reads = [(index, len(row) - len(answer), answer) for index, (row, answer) in enumerate(zip(rows, answers))]
+    return _read_answers(lambda r, c: logits_at(ids.to(device), r.to(device), c.to(device)), reads)
 
 
 def resolve_batch_size(lm, batch_size: int | str) -> int:
@@ -110,14 +156,14 @@ def _fits_shared(lm, context: list[int], answers: list[list[int]]) -> bool:
     return len(context) >= 2 and len(context) + max(len(a) for a in answers) <= lm.max_length + 1
 
 
-def _score_in_batches(lm, groups, size: int, several: bool, auto: bool = False):
-    """Yield ``(group, scores)``, ``size`` groups per forward; ``auto``: halve on out-of-memory
-    (and remember the size that fits on ``lm`` for the next call)."""
+def _in_batches(lm, items, size: int, score, auto: bool = False):
+    """Yield ``(item, result)``, ``score(batch)`` on ``size`` items at a time; ``auto``: halve on
+    out-of-memory (and remember the size that fits on ``lm`` for the next call)."""
     start = 0
-    while start < len(groups):
-        batch = groups[start : start + size]
+    while start < len(items):
+        batch = items[start : start + size]
         try:
-            scores = _score_batch(lm, [(g[0], g[2]) for g in batch], several)
+            scores = score(batch)
         except torch.OutOfMemoryError:
             if not auto or size == 1:
                 raise
@@ -141,7 +187,7 @@ def _score_batch(lm, groups: list[tuple[list[int], list[list[int]]]], several: b
         ids, mask, positions = _right_padded(rows, device)
         hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False).last_hidden_state
         reads = [(row, len(context) - 1, answers[0]) for row, (context, answers) in enumerate(groups)]
-        return [[score] for score in _read_answers(model, hidden, reads)]
+        return [[score] for score in _read_answers(_hidden_reader(model, hidden), reads)]
     from transformers import DynamicCache
 
     # The contexts but their last token, once per row, keeping the cache ...
@@ -163,7 +209,8 @@ def _score_batch(lm, groups: list[tuple[list[int], list[list[int]]]], several: b
         **cached,
     ).last_hidden_state
     answers = [answer for _, group_answers in groups for answer in group_answers]
-    scores = iter(_read_answers(model, hidden, [(row, 0, answer) for row, answer in enumerate(answers)]))
+    reads = [(row, 0, answer) for row, answer in enumerate(answers)]
+    scores = iter(_read_answers(_hidden_reader(model, hidden), reads))
     return [[next(scores) for _ in group_answers] for _, group_answers in groups]
 
 
@@ -179,11 +226,16 @@ def _right_padded(rows: list[list[int]], device):
     return ids.to(device), mask.to(device), positions.to(device)
 
 
-def _read_answers(model, hidden: torch.Tensor, reads: list[tuple[int, int, list[int]]]) -> list[AnswerScore]:
-    """``reads``: (row, first position, answer); the output layer runs only at those positions."""
+def _hidden_reader(model, hidden: torch.Tensor):
+    """``(rows, columns) -> logits`` of the decoder's ``hidden`` states at those positions only."""
+    return lambda rows, columns: output_layer(model, hidden[rows.to(hidden.device), columns.to(hidden.device)])
+
+
+def _read_answers(logits_at, reads: list[tuple[int, int, list[int]]]) -> list[AnswerScore]:
+    """``reads``: (row, first position, answer); ``logits_at(rows, columns)`` gives the logits at those positions."""
     rows = torch.tensor([row for row, _, answer in reads for _ in answer], dtype=torch.long)
     columns = torch.tensor([first + k for _, first, answer in reads for k in range(len(answer))], dtype=torch.long)
-    logits = _output_layer(model, hidden[rows.to(hidden.device), columns.to(hidden.device)])
+    logits = logits_at(rows, columns)
     scores, start = [], 0
     for _, _, answer in reads:
         scores.append(_judge(logits[start : start + len(answer)], answer))
@@ -191,13 +243,16 @@ def _read_answers(model, hidden: torch.Tensor, reads: list[tuple[int, int, list[
     return scores
 
 
-def _output_layer(model, hidden: torch.Tensor) -> torch.Tensor:
+def output_layer(model, hidden: torch.Tensor) -> torch.Tensor:
     """What the model's own forward does after the decoder: the head, and any logit scaling it applies."""
     logits = model.get_output_embeddings()(hidden)
     scale = getattr(model, "logit_scale", None)  # Cohere
     if isinstance(scale, (int, float)) and scale != 1:
         logits = logits * scale
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    divisor = getattr(config, "logits_scaling", None)  # Granite
+    if isinstance(divisor, (int, float)) and divisor != 1:
+        logits = logits / divisor
     cap = getattr(config, "final_logit_softcapping", None)  # Gemma-2/3
     if cap:
         logits = torch.tanh(logits / cap) * cap

@@ -148,6 +148,23 @@ def _pad_id() -> bool:
     )
 
 
+@_assumption("lpes_harness/lmeval/requests.py")
+def _loglikelihood_tokens_of_requests() -> bool:
+    """TemplateLM.loglikelihood: an empty context is prefix_token_id, any other goes through _encode_pair"""
+    from lm_eval.api.model import TemplateLM
+
+    source = inspect.getsource(TemplateLM.loglikelihood)
+    return "self.prefix_token_id" in source and "self._encode_pair(context, continuation)" in source
+
+
+@_assumption("lpes_harness/lmeval/hflm.py")
+def _cache_hook() -> bool:
+    """LM.cache_hook.add_partial(attr, req, res)"""
+    from lm_eval.api.model import CacheHook
+
+    return _params(CacheHook.add_partial)[1:4] == ["attr", "req", "res"]
+
+
 @_assumption("lpes_harness/baselines/mspoe.py, buckets.py")
 def _model_hooks() -> bool:
     """HFLM._model_call(inps, attn_mask, labels) and _model_generate(context, max_length, stop, **kwargs)"""

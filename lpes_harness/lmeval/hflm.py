@@ -1,4 +1,4 @@
-"""What our lm-eval models override of HFLM's internals."""
+"""What our lm-eval models override of HFLM: its internals, and ``loglikelihood`` with logits only at the answers."""
 
 from __future__ import annotations
 
@@ -49,3 +49,30 @@ class RightPaddingLengthsMixin:
                     break
             last.append(found - 1)
         return torch.tensor(last, dtype=torch.long, device=inps.device)
+
+
+class AnswerLogitsLoglikelihoodMixin:
+    """lm-eval's ``loglikelihood``, with the logits computed only at the answer tokens.
+
+    HFLM's ``loglikelihood`` runs the output layer (and a log-softmax) over the whole vocabulary
+    at every position of every row, then keeps the answer's few. A subclass implements
+    ``answer_logits(input_ids, rows, columns)`` (the logits ``(n, V)`` at those positions of
+    the right-padded batch ``input_ids``) and gets the same ``(log-prob, is_greedy)`` pairs
+    (:func:`lpes_harness.lmeval.answer_logits.score_token_pairs`): the same tokenisation, left
+    truncation and ``batch_size``, results in the order of the requests, each handed to the
+    cache hook as HFLM does. ``loglikelihood_rolling`` keeps HFLM's path.
+    """
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        from lpes_harness.lmeval.answer_logits import score_token_pairs
+        from lpes_harness.lmeval.requests import loglikelihood_tokens
+
+        if getattr(self, "enable_thinking", False):
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)  # HFLM refuses it, by name
+        pairs = [tuple(request.args) for request in requests]
+        encoded = [loglikelihood_tokens(self, context, continuation) for context, continuation in pairs]
+        scores = score_token_pairs(self, encoded, self.batch_size, self.answer_logits)
+        results = [(score.logprob, score.is_greedy) for score in scores]
+        for pair, result in zip(pairs, results):
+            self.cache_hook.add_partial("loglikelihood", pair, result)
+        return results

@@ -108,7 +108,8 @@ class PositionScorer:
             scores.append(float(next(iter(metrics.values()))))
         return scores
 
-    def _score_loglikelihood(self, task, docs) -> list[float]:
+    def answer_pairs(self, task, docs) -> tuple[list[tuple[str, str]], list[int]]:
+        """The one-pass modes' ``(context, continuation)`` pairs, one per gold answer, and the doc of each."""
         delimiter = task.config.target_delimiter
         pairs, owner = [], []
         for i, doc in enumerate(docs):
@@ -116,6 +117,10 @@ class PositionScorer:
             for answer in gold_answers(task, doc):
                 pairs.append((context, delimiter + answer))
                 owner.append(i)
+        return pairs, owner
+
+    def _score_loglikelihood(self, task, docs) -> list[float]:
+        pairs, owner = self.answer_pairs(task, docs)
         results = self._one_pass(pairs)
         correct = [0.0] * len(docs)  # greedy: any gold answer is what greedy decoding writes
         logprob = [-math.inf] * len(docs)  # mean log-probability per gold token, best over the gold answers

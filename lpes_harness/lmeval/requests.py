@@ -21,6 +21,18 @@ def encode_pair(lm, context: str, continuation: str) -> tuple[list[int], list[in
     return list(context_tokens), list(continuation_tokens)
 
 
+def loglikelihood_tokens(lm, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context tokens, continuation tokens) of one ``loglikelihood`` request, as lm-eval's
+    ``TemplateLM.loglikelihood`` makes them: :func:`encode_pair`, or, for an empty context, the
+    model's prefix token (BOS / EOS) as the context."""
+    if context:
+        return encode_pair(lm, context, continuation)
+    tokens = list(lm.tok_encode(continuation, add_special_tokens=False))
+    if tokens and tokens[0] == lm.prefix_token_id:
+        return tokens[:1], tokens[1:]
+    return [lm.prefix_token_id], tokens
+
+
 def answer_token_count(lm, context: str, continuation: str) -> int:
     """How many tokens lm-eval scores for ``continuation`` after ``context`` (at least 1)."""
     return max(1, len(encode_pair(lm, context, continuation)[1]))
