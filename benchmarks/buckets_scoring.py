@@ -36,17 +36,23 @@ PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("full logits", "answer logits", "vanilla")
 
 
+FLAGS = (  # flag, type, default, help
+    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
+    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
+    ("--dtype", str, "bfloat16", "model dtype"),
+    ("--samples", int, 10, "samples in all, spread over the five gold positions"),
+    ("--repeats", int, 2, "interleaved repeats of the three paths"),
+    ("--threads", int, None, "torch threads (default: torch's choice)"),
+    ("--json", str, None, "also write the measurements here"),
+)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pretrained", default=None, help="model (default: the bundled SmolLM2 GGUF)")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--samples", type=int, default=10, help="samples in all, spread over the five gold positions")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--json", default=None, help="also write the measurements here")
+    for flag, kind, default, text in FLAGS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     args = parser.parse_args(argv)
-    if args.samples < 1 or args.repeats < 1:
+    if min(args.samples, args.repeats) < 1:
         parser.error("--samples and --repeats must be at least 1")
     return args
 
