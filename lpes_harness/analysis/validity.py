@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.analysis.stats import accuracy_with_interval
-from lpes_harness.analysis.wrong_answers import NOT_IN_CONTEXT, classify, place_name, summarise
+from lpes_harness.analysis.wrong_answers import NOT_IN_CONTEXT, classify, gold_rank, place_name, summarise
 
 BEST_LOWER_MIN = 0.5  # the best position's 95 % interval starts here or above: clearly right somewhere
 GOLD_REMOVED_MAX = 0.1  # accuracy without the gold item above this: no retrieval needed
@@ -47,10 +47,10 @@ FIXED_PLACE_SHARE = 0.5  # wrong answers naming one fixed place: a policy, if it
 def check_task(lm, task: str, *, num_samples: int, metadata: Mapping | None = None, split: str = "heldout",
                chat_template=None) -> dict:
     """Generate the answers at every gold position and with the gold removed, then :func:`judge` them."""
+    from tqdm.auto import tqdm
+
     from lpes_harness.lmeval.position_scorer import PositionScorer
     from lpes_harness.tasks.position import build_examples, resolve_options, resolve_task
-
-    from tqdm.auto import tqdm
 
     position_task = resolve_task(task)
     scorer = PositionScorer(lm, task, position_task.positions, metadata=metadata, split=split,
@@ -104,10 +104,7 @@ def judge(task: str, answers: Mapping[int, Sequence[str]], removed_answers: Sequ
             right = position_task.metric(answer, list(example.answers)) == 1
             correct[p].append(float(right))
             classified[p].append(classify(answer, right, items, gold_at, position_task.render(items, example), position_task))
-        # Where a fixed-place policy would be right at p: the gold item's rank among the items that hold an answer.
-        items, gold_at = place_gold(examples[0], p)
-        holders = [i for i, item in enumerate(items) if _holds_answer(position_task, item)]
-        gold_ranks[p] = (holders.index(gold_at), len(holders) - 1 - holders.index(gold_at))
+        gold_ranks[p] = gold_rank(*place_gold(examples[0], p), position_task)
     removed = [float(position_task.metric(a, list(e.answers)) == 1) for e, a in zip(examples, removed_answers)]
 
     result = {
@@ -123,10 +120,6 @@ def judge(task: str, answers: Mapping[int, Sequence[str]], removed_answers: Sequ
     }  # fmt: skip
     result["verdict"] = verdict(result)
     return result
-
-
-def _holds_answer(task, item) -> bool:
-    return task.item_answer(item) is not None if task.item_answer is not None else True
 
 
 def easy_positions(result: Mapping) -> list[str]:

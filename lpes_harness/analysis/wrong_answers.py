@@ -76,6 +76,14 @@ def _answer_holders(items: Sequence[Any], task) -> dict[int, str]:
     return {}
 
 
+def gold_rank(items: Sequence[Any], gold_index: int, task) -> tuple[int, int]:
+    """The gold item's rank among the items that hold an answer, from the start and from the end:
+    where a fixed-place policy would be right. A task that says nothing of its items: every item holds one."""
+    holders = sorted(_answer_holders(items, task)) or list(range(len(items)))
+    rank = holders.index(gold_index)
+    return rank, len(holders) - 1 - rank
+
+
 def _matching_item(prediction: str, holders: Mapping[int, str], gold_index: int, task) -> int | None:
     if task.item_answer is not None:
         # The task's own substring rule (the metric that scored it wrong): the value whose text
