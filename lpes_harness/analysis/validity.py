@@ -260,7 +260,7 @@ def main(argv=None) -> None:
     if args.json:
         from lpes_harness.files import atomic_write_json
 
-        atomic_write_json(Path(args.json), result)
+        atomic_write_json(Path(args.json), result, indent=1)
 
 
 CHAT = {"auto": None, "on": True, "off": False}
@@ -324,10 +324,13 @@ def rejudge(parser: argparse.ArgumentParser, path: str, task: str) -> dict:
         if saved["task"] != task:
             parser.error(f"--answers-from {path} holds task {saved['task']!r}, not {task!r}")
         answers = {int(p): a for p, a in saved["answers"].items()}
-        return judge(task, answers, saved["gold_removed_answers"], metadata=saved["metadata"], split=saved["split"],
-                     chat_template=saved["chat_template"])
+        result = judge(task, answers, saved["gold_removed_answers"], metadata=saved["metadata"], split=saved["split"],
+                       chat_template=saved["chat_template"])
     except (OSError, json.JSONDecodeError, KeyError, ValueError) as err:
         parser.error(f"--answers-from {path}: not an lpes-check --json file ({type(err).__name__}: {err})")
+    if "prompt_tokens" in saved:  # measured with the model, which a re-judge does not load
+        result["prompt_tokens"] = saved["prompt_tokens"]
+    return result
 
 
 if __name__ == "__main__":
