@@ -54,3 +54,15 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
     assert [(r["condition"], r["method"], r["n"]) for r in table] == [("short", "LPES a", 5), ("longer", "LPES a", 5)]
     assert table[1]["metadata"] == {"num_sentences": 8, "seed": 3}
     assert (out / "transfer.png").stat().st_size > 0 and (out / "longer" / "heldout.json").exists()
+
+
+@pytest.mark.parametrize("condition, message", [
+    ('bad={"num_sentence": 120}', "did you mean 'num_sentences'"),
+    ('bad={"task": "no_such_task"}', "unknown position task"),
+])
+def test_a_bad_condition_stops_before_any_condition_is_scored(tmp_path, capsys, condition, message):
+    out = tmp_path / "transfer"
+    with pytest.raises(SystemExit) as stopped:
+        transfer.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--condition", condition,
+                       "--output", str(out)])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err and not out.exists()

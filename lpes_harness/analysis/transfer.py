@@ -50,10 +50,15 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "condition"
 
 
+def task_metadata(options: Mapping) -> dict:
+    """A condition's task options, without the two keys that are not task options."""
+    return {key: value for key, value in options.items() if key not in OWN_KEYS}
+
+
 def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
                 pretrained: str | None, output: Path) -> list[str]:
     """The ``analysis.paired`` command line of one condition."""
-    metadata = {key: value for key, value in options.items() if key not in OWN_KEYS}
+    metadata = task_metadata(options)
     if seed is not None:
         metadata.setdefault("seed", seed)
     argv = ["--task", options.get("task", "multi_needle"), "--num-samples", str(num_samples), "--no-pi",
@@ -156,6 +161,15 @@ def main(argv=None) -> None:
         parser.error("two conditions share a name (after lower-casing and dropping punctuation)")
     if args.num_samples < 1:
         parser.error(f"--num-samples must be >= 1, got {args.num_samples}")
+    from lpes_harness.tasks.data import TaskDataError
+    from lpes_harness.tasks.position import resolve_options, resolve_task
+
+    for name, options in conditions:  # every condition checked before the first one is scored
+        try:
+            resolve_options(resolve_task(options.get("task", "multi_needle")),
+                            {**task_metadata(options), "split": "heldout", "num_samples": args.num_samples})
+        except TaskDataError as err:
+            parser.error(f"--condition {name!r}: {err}")
     from lpes_harness.analysis import paired
 
     output = Path(args.output)
