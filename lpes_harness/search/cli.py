@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from lpes_harness.models import DTYPES, choose_dtype
+from lpes_harness.models import DTYPES, PACKAGED_MODELS, choose_dtype, packaged_model
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS
 from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.sweep import parse_sweep
@@ -57,6 +57,21 @@ PROFILES = {
         "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
         "sweep": "1,0.8,1.2", "heldout_samples": 200,
     },
+    # Gemma-3-270M (`--pretrained gemma3-270m`), which `auto` picks for it on a CPU. At the
+    # default haystack it scores 1.00 everywhere; at 240 sentences (~2.3k tokens, past its
+    # 512-token sliding window) lpes-check finds the U-curve with room, .95/.375/.525/.575/1.00
+    # with nothing right once the gold needle is removed (results/calibration_gemma3_multi_needle).
+    # A ~2.3k-token prompt is a bfloat16 forward of ~1 s on 2 threads, ~4x a SmolLM2 sample: 16
+    # samples per position is 80 forwards, ~80 s per individual; a 3-point sweep plus 10 + 3 x
+    # (5 + 1) individuals is at most 31, ~45 min worst case (racing cuts it); then 200 held-out
+    # samples per position for vanilla, PI, the best curve and the best uniform scale (4,000
+    # forwards, about an hour; a later seed can reuse vanilla's scores, see results/).
+    "gemma3-cpu": {
+        "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
+        "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
+        "generations": 3, "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
+        "sweep": "1,0.8,1.2", "heldout_samples": 200,
+    },
     # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
     # generations (432 individuals at most), 100 samples per position in batches of up to 100
     # prompts (racing per batch), bfloat16 (auto). The target on one H100 is 15 minutes for
@@ -88,8 +103,14 @@ profiles (--profile; the command line and --config override a profile's values):
          100 samples per position (chunks of 100 = the batch), sweep 1,0.9,0.8,1.1,1.2,
          200 held-out samples per position; bfloat16 by --dtype auto (not yet measured
          on a GPU by this project)
-  auto   (default) gpu when the model runs on a GPU; on a CPU, cpu-bf16 when --dtype
-         resolves to bfloat16 (auto does where it is native), else cpu
+  gemma3-cpu  Gemma-3-270M (--pretrained gemma3-270m) on a 2-core CPU: multi_needle with
+         num_sentences 240 (~2.3k tokens, where it shows the U-curve), population 10,
+         4 parents, 5 mutants + 1 crossover, 3 generations, 16 samples per position,
+         sweep 1,0.8,1.2; then 200 held-out samples per position (~45 min of search in
+         bfloat16, then about an hour of held-out table)
+  auto   (default) gemma3-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
+         model runs on a GPU; on a CPU, cpu-bf16 when --dtype resolves to bfloat16 (auto
+         does where it is native), else cpu
 
 why the cpu range is wide: on SmolLM2 the curves that remove position bias go to 1.5-1.85
 in late layers, while *uniform* 1.2 already wrecks the model. The sweep therefore only
@@ -111,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="default settings: paper, cpu, cpu-bf16, gpu, or auto (gpu on a GPU, cpu-bf16 on a CPU "
+                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gpu, or auto (gemma3-cpu for gemma3-270m on a CPU; gpu on a GPU, cpu-bf16 on a CPU "
                         "with native bfloat16, else cpu); see below")
     model = p.add_argument_group("model")
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
@@ -188,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(cpu 40, cpu-bf16 and gpu 200, paper 0), scaled with --num-samples when that is changed "
                           "and this is not: e.g. cpu-bf16 with --num-samples 2 gets 200 x 2/20 = 20, so a quick "
                           "search gets a quick table")
+    out.add_argument("--heldout-extra", default="pi,uniform",
+                     help="the held-out table's rows besides vanilla and the best curve: a comma list of 'pi' "
+                          "(the curve's mean, uniform) and 'uniform' (the sweep's best uniform scale, when it is "
+                          "not 1), or 'none' (default: pi,uniform; the demo takes none to stay under 10 minutes)")
     return p
 
 
@@ -204,7 +229,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             dtype = requested_dtype(dtype, args.model_args or config.get("model_args", ""))
         except ValueError as err:
             parser.error(str(err))
-        profile = _auto_profile(args.device or config.get("device"), dtype)
+        profile = _auto_profile(args.device or config.get("device"), dtype, args.pretrained or config.get("pretrained"))
     # Precedence: command line > config file > profile > the flags' own (paper) defaults. The
     # profile's held-out size is left open (None) until the search's size is known.
     parser.set_defaults(**{**PROFILES[profile], "heldout_samples": None})
@@ -217,6 +242,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         _check(args)
     except ValueError as err:
         parser.error(str(err))
+    # A profile's task options (gemma3-cpu: num_sentences 240) stay under the user's own
+    # --metadata: adding num_needles must not silently drop the haystack size.
+    args.metadata = {**PROFILES[profile].get("metadata", {}), **args.metadata}
     return args
 
 
@@ -231,14 +259,18 @@ def profile_heldout_samples(profile: str, num_samples) -> int:
     return math.ceil(heldout * num_samples / searched)
 
 
-def _auto_profile(device, dtype) -> str:
-    """gpu on a GPU; on a CPU, cpu-bf16 where the search will run in bfloat16, else cpu.
+def _auto_profile(device, dtype, pretrained=None) -> str:
+    """gpu on a GPU; on a CPU, gemma3-cpu for the packaged Gemma-3-270M, else cpu-bf16 where the
+    search will run in bfloat16, else cpu.
 
-    The two CPU profiles differ only in size: bfloat16 is ~2.8x faster than float32 where
-    the CPU runs it natively, so the same hour holds a larger search there.
+    The two SmolLM2 CPU profiles differ only in size: bfloat16 is ~2.8x faster than float32
+    where the CPU runs it natively, so the same hour holds a larger search there. Gemma-3-270M
+    needs its own task size: at multi_needle's default it has no position bias to remove.
     """
     if not _runs_on_cpu(device):
         return "gpu"
+    if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"] and not (pretrained and Path(pretrained).exists()):
+        return "gemma3-cpu"
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
 
 
@@ -256,6 +288,21 @@ def _runs_on_cpu(device) -> bool:
         return str(device).startswith("cpu")
     # An NVIDIA device node, without importing torch (seconds): bad flags must fail fast.
     return not any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+HELDOUT_EXTRA = ("pi", "uniform")
+
+
+def _heldout_extra(value) -> tuple[str, ...]:
+    """``--heldout-extra``: 'none' or a comma list of HELDOUT_EXTRA (a config file may give a list)."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    items = [str(item).strip().lower() for item in items if str(item).strip()]
+    if items == ["none"]:
+        return ()
+    unknown = [item for item in items if item not in HELDOUT_EXTRA]
+    if unknown or not items:
+        raise ValueError(f"--heldout-extra {value!r}: give 'none' or a comma list of {', '.join(HELDOUT_EXTRA)}")
+    return tuple(dict.fromkeys(items))
 
 
 def _read_config(parser, path) -> dict:
@@ -295,6 +342,7 @@ def _check(args) -> None:
     if args.fitness == "tiebreak":  # here, so that a bad setting is one line before anything loads
         check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
+    args.heldout_extra = _heldout_extra(args.heldout_extra)
     if args.heldout_samples < 0:
         raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")
     if isinstance(args.metadata, str):

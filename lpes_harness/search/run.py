@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
 
     # The held-out table scores every position of the task for vanilla, PI, LPES and, at worst,
     # the sweep's best uniform scale (left out when it is 1).
-    heldout_methods = 3 + bool(args.sweep_values)
+    heldout_methods = 2 + ("pi" in args.heldout_extra) + bool(args.sweep_values and "uniform" in args.heldout_extra)
     print_estimate(config, fitness, args.sweep_values,
                    heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
     sweep = None
@@ -214,11 +214,15 @@ def _check_heldout_cache(output: Path, args) -> None:
 
 
 def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
-    """The best curve, its PI and vanilla (and the sweep's best uniform scale) on held-out samples, paired."""
+    """The best curve and vanilla on held-out samples, paired; with --heldout-extra's rows: the curve's
+    PI and the sweep's best uniform scale (both by default)."""
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
 
-    methods = lpes_methods(scales, [sweep["best"]] if sweep is not None and sweep["best"] != 1.0 else [])
+    uniform = sweep is not None and sweep["best"] != 1.0 and "uniform" in args.heldout_extra
+    methods = lpes_methods(scales, [sweep["best"]] if uniform else [])
+    if "pi" not in args.heldout_extra:
+        del methods["PI"]
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
           f"(the same samples for each)...", flush=True)
     started = time.perf_counter()
