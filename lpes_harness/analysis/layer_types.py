@@ -1,0 +1,144 @@
+"""Which layers a curve moves, by attention type, and the curve kept on one type only (issue #29).
+
+Gemma-3 alternates five sliding-window layers (a 512-token window, RoPE base 1e4) with one
+global layer (base 1e6). A position bias over a 2k-token haystack can only be fixed where a
+layer sees the whole haystack, so the question is whether the searched curve moves the global
+layers, the sliding ones, or both, and whether scaling the global layers alone keeps the gain.
+
+    python -m lpes_harness.analysis.layer_types --scales results/<run>/scales.json \\
+        --pretrained gemma3-270m --output results/<run>/layer_types
+
+writes ``layer_types.{md,json,png}`` (each type's scales and how far they move from 1) and one
+scales file per ablation, ``only_<type>.json`` (the other types' layers at 1), for
+``python -m lpes_harness.analysis.paired --scales lpes=... --scales only_full_attention=...``.
+Reads the model's config only (no weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+from lpes_harness.files import atomic_write_json, atomic_write_text, save_figure
+from lpes_harness.scales_file import ScalesError, read_scales_file, write_scales_file
+
+
+def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> list[str]:
+    """The attention type of each decoder layer, from the model's config (``layer_types``).
+
+    A model whose config names no types (Llama, Qwen2 without sliding windows) has one type,
+    ``full_attention``, at every layer."""
+    from transformers import AutoConfig
+
+    from lpes_harness.models import resolve_pretrained
+
+    directory, gguf_name = resolve_pretrained(pretrained, gguf_file)
+    config = AutoConfig.from_pretrained(directory, gguf_file=gguf_name) if gguf_name else AutoConfig.from_pretrained(directory)
+    config = getattr(config, "text_config", None) or config
+    types = getattr(config, "layer_types", None)
+    return list(types) if types else ["full_attention"] * config.num_hidden_layers
+
+
+def by_type(scales: list[float], layer_types: list[str]) -> dict:
+    """Per attention type: its layers, their scales, mean, range and mean distance from 1."""
+    if len(scales) != len(layer_types):
+        raise ValueError(f"the scales have {len(scales)} layers, the model {len(layer_types)}")
+    summary = {}
+    for kind in dict.fromkeys(layer_types):  # first-seen order
+        layers = [i for i, t in enumerate(layer_types) if t == kind]
+        values = [scales[i] for i in layers]
+        summary[kind] = {
+            "layers": layers, "scales": values, "mean": statistics.fmean(values),
+            "min": min(values), "max": max(values),
+            "mean_abs_change": statistics.fmean(abs(v - 1.0) for v in values),
+        }
+    return summary
+
+
+def kept_on(scales: list[float], layer_types: list[str], kind: str) -> list[float]:
+    """The curve on the layers of one type; every other layer back at 1 (plain RoPE)."""
+    return [s if t == kind else 1.0 for s, t in zip(scales, layer_types)]
+
+
+def report_markdown(summary: dict, scales_path: str, model: str) -> str:
+    lines = [
+        f"# Which layers the curve moves: `{scales_path}` on {model}", "",
+        "| layer type | layers | mean scale | range | mean distance from 1 |",
+        "|---|---|---:|---|---:|",
+    ]
+    for kind, row in summary.items():
+        lines.append(f"| {kind} | {', '.join(map(str, row['layers']))} | {row['mean']:.3f} | "
+                     f"{row['min']:.3f}-{row['max']:.3f} | {row['mean_abs_change']:.3f} |")
+    lines += ["", "Ablations (the other types' layers at 1): "
+              + ", ".join(f"`only_{kind}.json`" for kind in summary) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_layer_types(scales: list[float], layer_types: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 3.2))
+    axis.plot(range(len(scales)), scales, color="0.6", zorder=1)
+    for kind, marker in zip(dict.fromkeys(layer_types), "os^Dv"):
+        layers = [i for i, t in enumerate(layer_types) if t == kind]
+        axis.scatter(layers, [scales[i] for i in layers], marker=marker, label=kind, zorder=2)
+    axis.axhline(1.0, color="k", linewidth=0.6, linestyle=":")
+    axis.set_xlabel("decoder layer")
+    axis.set_ylabel("RoPE scale s_h")
+    axis.legend(frameon=False)
+    figure.tight_layout()
+    save_figure(figure, path)
+    plt.close(figure)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m lpes_harness.analysis.layer_types",
+        description="Report a scales curve by attention layer type (sliding vs global) and write "
+                    "one ablation scales file per type (the other layers at 1).",
+    )
+    p.add_argument("--scales", required=True, help="a scales file (lpes-scales/1 or a JSON list)")
+    p.add_argument("--pretrained", default=None,
+                   help="the model: HF id, local dir, .gguf path or a short name (default: bundled SmolLM2)")
+    p.add_argument("--output", required=True, help="folder for layer_types.{md,json,png} and only_<type>.json")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        scales = read_scales_file(args.scales)
+    except ScalesError as err:
+        raise SystemExit(f"layer_types: error: {err}") from None
+    from lpes_harness.models import BundledModelMissing
+
+    try:
+        layer_types = model_layer_types(args.pretrained)
+    except (BundledModelMissing, OSError) as err:
+        raise SystemExit(f"layer_types: error: --pretrained {args.pretrained}: {err}") from None
+    try:
+        summary = by_type(scales, layer_types)
+    except ValueError as err:
+        raise SystemExit(f"layer_types: error: {args.scales}: {err}") from None
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    model = args.pretrained or "bundled SmolLM2"
+    for kind in summary:
+        write_scales_file(output / f"only_{kind}.json", kept_on(scales, layer_types, kind),
+                          model=model, note=f"{args.scales} on the {kind} layers only, every other layer at 1")
+    atomic_write_json(output / "layer_types.json", {"scales_file": args.scales, "model": model,
+                                                    "layer_types": layer_types, "by_type": summary}, indent=1)
+    text = report_markdown(summary, args.scales, model)
+    atomic_write_text(output / "layer_types.md", text)
+    plot_layer_types(scales, layer_types, output / "layer_types.png")
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
