@@ -81,7 +81,11 @@ PACKAGED_MODELS = {
 
 
 def packaged_model(name: str | None) -> PackagedModel | None:
-    """The packaged model a short name (or nothing: the default) stands for, else None."""
+    """The packaged model a short name (or nothing: the default) stands for, else None.
+
+    A local folder or file of that name wins over the short name: then it is not a packaged model."""
+    if name and Path(str(name)).exists():
+        return None
     typed = "" if name is None else str(name).strip().lower()
     return next((model for model in PACKAGED_MODELS.values() if typed in model.names), None)
 
@@ -95,8 +99,7 @@ def resolve_pretrained(pretrained: str | None, gguf_file: str | None = None) -> 
     - anything else (HF id, local directory) is passed through.
     """
     packaged = packaged_model(pretrained)
-    # A local folder or file of that name wins over the short name.
-    if packaged is not None and not (pretrained and Path(str(pretrained)).exists()):
+    if packaged is not None:
         path = packaged.locate()
         return str(path.parent), gguf_file or path.name
     pretrained = str(pretrained)

@@ -274,7 +274,7 @@ def _auto_profile(device, dtype, pretrained=None) -> str:
     """
     if not _runs_on_cpu(device):
         return "gpu"
-    if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"] and not (pretrained and Path(pretrained).exists()):
+    if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"]:
         return "gemma3-cpu"
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
 
