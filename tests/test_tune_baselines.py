@@ -150,3 +150,13 @@ def test_bad_settings_are_one_line_and_write_nothing(tmp_path, capsys, change, m
     assert stopped.value.code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_that_is_not_there_is_one_line_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        tune("--uniform", "0.9", "--task", "kv_retrieval", "--num-samples", "1",
+             "--pretrained", str(tmp_path / "no_such_model"), "--output", str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--pretrained" in err and "no_such_model" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -409,7 +409,10 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     from lpes_harness.lm import LPESLM
 
-    lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
+    try:
+        lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
+    except OSError as err:  # a model that is not there (or its package missing): one line, nothing written
+        parser.exit(2, f"{parser.prog}: error: --pretrained {args.pretrained}: {' '.join(str(err).split())}\n")
     try:
         with sample_bar((len(methods) + len(baselines)) * len(percents) * args.num_samples) as progress:
             scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,

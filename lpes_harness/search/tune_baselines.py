@@ -379,7 +379,10 @@ def main(argv=None) -> None:
     from lpes_harness.lm import LPESLM
     from lpes_harness.tasks.position import resolve_task
 
-    lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
+    try:
+        lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
+    except OSError as err:  # a model that is not there (or its package missing): one line, nothing written
+        fail(f"--pretrained {args.pretrained}: {err}")
     per_candidate = len(resolve_task(args.task).positions) * args.num_samples
     count = len(plan.get("values") or plan.get("arg_strings"))
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
