@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> dict:
           f"{'on' if fitness.chat_template else 'off'}; task {args.task}, positions {fitness_config.positions}", flush=True)
     from lpes_harness.analysis.paired import task_positions
 
-    # The held-out table scores every position of the task for vanilla, PI, LPES and, at worst,
-    # the sweep's best uniform scale (left out when it is 1).
+    # The held-out table scores every position of the task for vanilla, LPES and --heldout-extra's
+    # rows: PI, and at worst the sweep's best uniform scale (left out when it is 1).
     heldout_methods = 2 + ("pi" in args.heldout_extra) + bool(args.sweep_values and "uniform" in args.heldout_extra)
     print_estimate(config, fitness, args.sweep_values,
                    heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
