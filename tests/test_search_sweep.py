@@ -20,7 +20,7 @@ def stub_fitness(scales, threshold=float("-inf")):
 
 
 def test_sweep_picks_the_best_uniform_scale_and_keeps_the_range_open():
-    sweep = run_sweep(stub_fitness, parse_sweep("0.5,1,1.5,2"), LAYERS)
+    sweep = run_sweep(stub_fitness, parse_sweep("0.5,1,1.5,2"), GenomeSpec(num_layers=LAYERS).uniform)
     assert sweep["best"] == 1.0
     start = snap_initial_y(sweep["best"], 0.25, 2.5, 0.05)
     spec = GenomeSpec(num_layers=LAYERS, num_points=4, y_min=0.25, y_max=2.5, y_step=0.05, initial_y=start)
@@ -40,7 +40,7 @@ def test_sweep_races_later_values_against_the_best():
         fitness, info = stub_fitness(scales)
         return fitness, {**info, "raced": fitness < threshold}
 
-    sweep = run_sweep(evaluate, parse_sweep("2,1"), LAYERS)
+    sweep = run_sweep(evaluate, parse_sweep("2,1"), GenomeSpec(num_layers=LAYERS).uniform)
     assert calls[0] == (1.0, float("-inf"))  # nearest 1 first
     assert calls[1][1] == 0.0
     assert sweep["best"] == 1.0

@@ -36,9 +36,22 @@ def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> l
 
     directory, gguf_name = resolve_pretrained(pretrained, gguf_file)
     config = AutoConfig.from_pretrained(directory, gguf_file=gguf_name) if gguf_name else AutoConfig.from_pretrained(directory)
+    return config_layer_types(config)
+
+
+def config_layer_types(config) -> list[str]:
+    """``model_layer_types`` of a loaded config (a multimodal one's text config)."""
     config = getattr(config, "text_config", None) or config
     types = getattr(config, "layer_types", None)
     return list(types) if types else ["full_attention"] * config.num_hidden_layers
+
+
+def layers_not_of(layer_types: list[str], kind: str) -> tuple[int, ...]:
+    """The layers a search on ``kind`` only holds at 1; a ``kind`` the model lacks is a ValueError naming its types."""
+    if kind not in layer_types:
+        raise ValueError(f"--layer-type {kind!r}: this model's layers are of type(s) "
+                         f"{', '.join(dict.fromkeys(layer_types))}")
+    return tuple(i for i, t in enumerate(layer_types) if t != kind)
 
 
 def by_type(scales: list[float], layer_types: list[str]) -> dict:

@@ -66,15 +66,16 @@ PROFILES = {
     # (5 + 1) individuals is at most 31, ~45 min worst case (racing cuts it); then 200 held-out
     # samples per position for vanilla, PI, the best curve and the best uniform scale (4,000
     # forwards, about an hour; a later seed can reuse vanilla's scores, see results/).
-    # The range is the paper's, [1, 2] with My 0.2, not SmolLM2's wide one: a scale below 1
-    # stretches the distances a sliding-window layer sees past the 512 it was trained on, and
-    # Gemma breaks (uniform 0.8 scored 0 at the end position; SmolLM2's range gave mutants of
-    # fitness .11-.66 against vanilla's .83 in a first try), while uniform 1.2 is harmless.
+    # Only the 3 global layers (5, 11, 17) move (--layer-type full_attention): scaling the
+    # sliding-window layers breaks Gemma (1.5 there alone: -45 points; uniform 0.8: 0 at the end
+    # position), and in the paper's range [1, 2] over all layers a first search's mutants were
+    # all within a point of vanilla. The global layers alone took 2 and 3 without harm, +6.2
+    # points on 16 samples per position (results/gemma3_layer_type_probe), so y spans [1, 4].
     "gemma3-cpu": {
         "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
         "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
-        "generations": 3, "y_min": 1.0, "y_max": 2.0, "y_step": 0.05, "initial_y": 1.0, "my": 0.2, "mx": 2.0,
-        "sweep": "1,1.2,1.5", "heldout_samples": 200,
+        "generations": 3, "layer_type": "full_attention", "y_min": 1.0, "y_max": 4.0, "y_step": 0.1,
+        "initial_y": 1.0, "my": 0.4, "mx": 2.0, "sweep": "1,2,3", "heldout_samples": 200,
     },
     # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
     # generations (432 individuals at most), 100 samples per position in batches of up to 100
@@ -109,10 +110,11 @@ profiles (--profile; the command line and --config override a profile's values):
          on a GPU by this project)
   gemma3-cpu  Gemma-3-270M (--pretrained gemma3-270m) on a 2-core CPU: multi_needle with
          num_sentences 240 (~2.3k tokens, where it shows the U-curve), population 10,
-         4 parents, 5 mutants + 1 crossover, 3 generations, 16 samples per position,
-         y in [1, 2] (the paper's; below 1 breaks its sliding-window layers), My 0.2, Mx 2,
-         sweep 1,1.2,1.5; then 200 held-out samples per position (~45 min of search in
-         bfloat16, then about an hour of held-out table)
+         4 parents, 5 mutants + 1 crossover, 3 generations, 16 samples per position;
+         only the global layers move (--layer-type full_attention; scaling its
+         sliding-window layers breaks it), y in [1, 4], My 0.4, Mx 2, sweep 1,2,3; then
+         200 held-out samples per position (~45 min of search in bfloat16, then about an
+         hour of held-out table)
   auto   (default) gemma3-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
          model runs on a GPU; on a CPU, cpu-bf16 when --dtype resolves to bfloat16 (auto
          does where it is native), else cpu
@@ -198,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
     genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
     genes.add_argument("--brute-force", action="store_true", help="one gene per layer (ablation), initialised U(y_min, y_max)")
+    genes.add_argument("--layer-type", default=None, metavar="TYPE",
+                       help="move only the layers of this attention type (the model config's layer_types, e.g. "
+                            "full_attention = Gemma-3's global layers); the others keep plain RoPE (scale 1). "
+                            "The sweep's, PI's and the held-out uniform rows move the same layers. Default: all "
+                            "layers (gemma3-cpu: full_attention)")
     genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (paper 1.0; cpu, cpu-bf16, gpu 0.25)")
     genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (paper 2.0; cpu, cpu-bf16, gpu 2.5)")
     genes.add_argument("--y-step", type=float, default=0.1)

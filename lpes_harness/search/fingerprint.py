@@ -66,6 +66,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
     if values.get("objective", "weighted") != "weighted":  # absent means weighted: older checkpoints still resume
         fitness["objective"] = values["objective"]
     search = {key: _plain(values[key]) for key in SEARCH_KEYS if key in values}
+    if values.get("layer_type"):  # absent means all layers: older checkpoints still resume
+        search["layer_type"] = values["layer_type"]
     result = {
         "format": FORMAT,
         "fitness": fitness,
@@ -104,7 +106,8 @@ def state_mismatches(saved_state: Mapping[str, Any], spec: Mapping[str, Any], co
     (``config.seed: saved 1, now 5``); ``generations`` may grow."""
     # States from before the mutation option used the joint draw.
     saved_config = {"mutation": "joint", **current_names(saved_state["config"])}
-    return mismatches({"format": FORMAT, "spec": saved_state["spec"], "config": saved_config},
+    saved_spec = {"held_layers": [], **saved_state["spec"]}  # before --layer-type every layer moved
+    return mismatches({"format": FORMAT, "spec": saved_spec, "config": saved_config},
                       {"format": FORMAT, "spec": dict(spec), "config": dict(config)})
 
 

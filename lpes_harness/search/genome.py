@@ -12,6 +12,11 @@ hold floats rounded to 10 decimals, so equal cells give equal (and hashable) gen
 Brute-force mode (the paper's ablation without the Bézier constraint) uses one gene per
 layer: ``L`` points with ``x = 0..L-1`` fixed and only ``y`` evolving; its layer scales are
 the ``y`` values themselves.
+
+``held_layers`` keeps some layers at scale 1 (plain RoPE) whatever the genes say: a search
+that moves one attention type only (``--layer-type``). Gemma-3's sliding-window layers break
+under any scale while its three global layers do not (results/gemma3_layer_type_probe), and a
+smooth curve over depth cannot stay at 1 on five layers of every six while it moves the sixth.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class GenomeSpec:
     curve: str = "bezier"
     brute_force: bool = False
     initial_y: float = 1.5
+    held_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 2:
@@ -64,6 +70,12 @@ class GenomeSpec:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if self.curve not in CURVES:
             raise ValueError(f"unknown curve {self.curve!r}; accepted: {', '.join(sorted(CURVES))}")
+        held = tuple(self.held_layers)
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in held):
+            raise ValueError(f"held_layers must be layer indices in [0, {self.num_layers - 1}], got {list(held)}")
+        if len(set(held)) == self.num_layers:
+            raise ValueError("held_layers holds every layer at 1: the search would have nothing to move")
+        object.__setattr__(self, "held_layers", tuple(sorted(set(held))))
         if self.brute_force:
             if self.x_step != 1:
                 raise ValueError(f"brute-force mode has one gene per layer, so x_step must be 1, got {self.x_step}")
@@ -124,13 +136,19 @@ class GenomeSpec:
     def scales(self, genome: Sequence[Sequence[float]]) -> list[float]:
         """Layer scales of a genome: the curve through its control points, or the genes themselves."""
         if self.brute_force:
-            return [float(y) for _, y in genome]
-        # The slack absorbs grid rounding at the ends of the y range.
-        bounds = (self.y_min - 1e-9, self.y_max + 1e-9)
-        return curve_scales(genome, self.num_layers, self.curve, y_bounds=bounds)
+            scales = [float(y) for _, y in genome]
+        else:
+            # The slack absorbs grid rounding at the ends of the y range.
+            bounds = (self.y_min - 1e-9, self.y_max + 1e-9)
+            scales = curve_scales(genome, self.num_layers, self.curve, y_bounds=bounds)
+        return [1.0 if layer in self.held_layers else s for layer, s in enumerate(scales)]
+
+    def uniform(self, value: float) -> list[float]:
+        """One scale on every layer the search moves (the sweep's and the held-out table's uniform rows)."""
+        return [1.0 if layer in self.held_layers else float(value) for layer in range(self.num_layers)]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "held_layers": list(self.held_layers)}  # as JSON gives it back
 
 
 def make_individual(genome: Sequence[Sequence[float]]):

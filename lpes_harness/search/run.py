@@ -16,6 +16,7 @@ Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -118,16 +119,18 @@ def run(args: argparse.Namespace) -> dict:
     heldout_methods = 2 + ("pi" in args.heldout_extra) + bool(args.sweep_values and "uniform" in args.heldout_extra)
     print_estimate(config, fitness, args.sweep_values,
                    heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
-    sweep = None
-    if args.sweep_values:
-        sweep = _load_or_run_sweep(output, args, fitness, n_layers)
-        args.initial_y = snap_initial_y(sweep["best"], args.y_min, args.y_max, args.y_step)
-        print(f"sweep: best uniform scale {sweep['best']:g} -> the search starts from y = {args.initial_y:g} "
-              f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
     spec = GenomeSpec(
         num_layers=n_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
         y_step=args.y_step, curve=args.curve, brute_force=args.brute_force, initial_y=args.initial_y,
+        held_layers=_held_layers(lm, args.layer_type),
     )
+    sweep = None
+    if args.sweep_values:
+        sweep = _load_or_run_sweep(output, args, fitness, spec)
+        args.initial_y = snap_initial_y(sweep["best"], args.y_min, args.y_max, args.y_step)
+        spec = dataclasses.replace(spec, initial_y=args.initial_y)
+        print(f"sweep: best uniform scale {sweep['best']:g} -> the search starts from y = {args.initial_y:g} "
+              f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
     callbacks = [
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen),
@@ -138,7 +141,7 @@ def run(args: argparse.Namespace) -> dict:
     search = GeneticSearch(spec, fitness, config, callbacks)
     for point in (sweep or {}).get("points", []):
         if not (point.get("info") or {}).get("raced"):  # a complete sweep point is a known fitness
-            search.cache[cache_key([point["scale"]] * n_layers, config.cache_decimals)] = (point["fitness"], point["info"])
+            search.cache[cache_key(spec.uniform(point["scale"]), config.cache_decimals)] = (point["fitness"], point["info"])
     try:
         if args.resume:
             # Before any file is written: a checkpoint made with other settings changes nothing.
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> dict:
     print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}), scores {best['info'].get('scores')}")
     print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
     if args.heldout_samples:
-        result["heldout"] = evaluate_heldout(lm, args, fitness, best["scales"], sweep, output)
+        result["heldout"] = evaluate_heldout(lm, args, fitness, spec, best["scales"], sweep, output)
         result["total_seconds_with_heldout"] = round(time.perf_counter() - launched, 1)
         atomic_write_json(output / "result.json", result)
     return result
@@ -213,7 +216,7 @@ def _check_heldout_cache(output: Path, args) -> None:
         raise SystemExit(f"lpes-search: error: {err}") from None
 
 
-def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
+def evaluate_heldout(lm, args, fitness, spec: GenomeSpec, scales, sweep, output: Path) -> dict:
     """The best curve and vanilla on held-out samples, paired; with --heldout-extra's rows: the curve's
     PI and the sweep's best uniform scale (both by default)."""
     from lpes_harness.analysis import paired
@@ -221,6 +224,13 @@ def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
 
     uniform = sweep is not None and sweep["best"] != 1.0 and "uniform" in args.heldout_extra
     methods = lpes_methods(scales, [sweep["best"]] if uniform else [])
+    if spec.held_layers:
+        # PI and the uniform row move the layers the search moved, as the sweep did: the
+        # curve's mean there, not over held layers (whose 1s say nothing about the curve).
+        moved = [s for layer, s in enumerate(scales) if layer not in spec.held_layers]
+        methods["PI"] = spec.uniform(sum(moved) / len(moved))
+        if uniform:
+            methods[f"uniform {sweep['best']:g}"] = spec.uniform(sweep["best"])
     if "pi" not in args.heldout_extra:
         del methods["PI"]
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
@@ -240,7 +250,24 @@ def evaluate_heldout(lm, args, fitness, scales, sweep, output: Path) -> dict:
     return {"table_file": str(files["json"].name), "average": {k: r["average"] for k, r in table["rows"].items()}}
 
 
-def _load_or_run_sweep(output: Path, args, fitness, n_layers: int) -> dict:
+def _held_layers(lm, layer_type: str | None) -> tuple[int, ...]:
+    """The layers ``--layer-type`` keeps at 1: those of every other attention type."""
+    if not layer_type:
+        return ()
+    from lpes_harness.analysis.layer_types import config_layer_types, layers_not_of
+
+    types = config_layer_types(lm.model.config)
+    try:
+        held = layers_not_of(types, layer_type)
+    except ValueError as err:
+        raise SystemExit(f"lpes-search: error: {err}") from None
+    moved = [str(i) for i, kind in enumerate(types) if kind == layer_type]
+    print(f"--layer-type {layer_type}: the search moves layers {', '.join(moved)}; the other "
+          f"{len(held)} stay at 1", flush=True)
+    return held
+
+
+def _load_or_run_sweep(output: Path, args, fitness, spec: GenomeSpec) -> dict:
     """The sweep of this run: read back on --resume (same values), else scored now and saved."""
     path = output / "sweep.json"
     if args.resume and path.exists():
@@ -248,7 +275,7 @@ def _load_or_run_sweep(output: Path, args, fitness, n_layers: int) -> dict:
         if [p["scale"] for p in saved["points"]] == sorted(args.sweep_values):
             return saved
     print(f"sweep: uniform scales {', '.join(f'{v:g}' for v in args.sweep_values)}", flush=True)
-    sweep = run_sweep(fitness, args.sweep_values, n_layers)
+    sweep = run_sweep(fitness, args.sweep_values, spec.uniform)
     for point in sweep["points"]:
         info = point["info"] or {}
         print(f"  uniform {point['scale']:g}: fitness {point['fitness']:.4f}{' (raced out)' if info.get('raced') else ''} "

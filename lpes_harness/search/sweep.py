@@ -16,7 +16,7 @@ the best so far, so a value that wrecks the model costs only a few samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -40,8 +40,11 @@ def parse_sweep(text) -> list[float]:
     return sorted(set(values), key=lambda v: (abs(v - 1.0), v))
 
 
-def run_sweep(evaluate, values: Sequence[float], num_layers: int) -> dict:
+def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list[float]]) -> dict:
     """Score each uniform scale; ``evaluate(scales, threshold) -> (fitness, info)``.
+
+    ``uniform(value)`` gives the layer scales of one value (:meth:`GenomeSpec.uniform`: the layers
+    a ``--layer-type`` search holds stay at 1).
 
     Returns ``{"points": [{"scale", "fitness", "info"}...] (in scale order), "best": scale}``.
     A raced-out point's fitness is an upper bound below the best, marked in its info.
@@ -51,7 +54,7 @@ def run_sweep(evaluate, values: Sequence[float], num_layers: int) -> dict:
     points, best = [], None
     for value in values:
         threshold = -math.inf if best is None else best["fitness"]
-        fitness, info = evaluate([float(value)] * num_layers, threshold)
+        fitness, info = evaluate(uniform(float(value)), threshold)
         point = {"scale": float(value), "fitness": float(fitness), "info": info}
         points.append(point)
         complete = not (info or {}).get("raced")

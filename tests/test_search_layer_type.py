@@ -1,0 +1,86 @@
+"""--layer-type: a search that moves one attention type only (Gemma-3's global layers), the others held at 1."""
+
+import json
+import sys
+
+import pytest
+from test_search_cli import GA, ga_args, history, run
+from tiny_models import FAMILY_COMMON, tiny_tokenizer
+
+from lpes_harness.analysis.layer_types import layers_not_of
+from lpes_harness.search.genome import GenomeSpec, initial_genome, random_genome
+
+TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
+
+def test_held_layers_stay_at_1_whatever_the_genes_say():
+    spec = GenomeSpec(num_layers=6, num_points=3, y_min=1.0, y_max=4.0, initial_y=2.0, held_layers=(0, 2, 3, 4))
+    import random
+
+    rng = random.Random(0)
+    for genome in [initial_genome(spec)] + [random_genome(spec, rng) for _ in range(20)]:
+        scales = spec.scales(genome)
+        assert [scales[i] for i in (0, 2, 3, 4)] == [1.0] * 4
+    assert spec.scales(initial_genome(spec))[1] == pytest.approx(2.0)
+    assert spec.uniform(3.0) == [1.0, 3.0, 1.0, 1.0, 1.0, 3.0]
+    assert GenomeSpec(num_layers=3, num_points=3).uniform(0.5) == [0.5] * 3  # no held layers: every layer
+    brute = GenomeSpec(num_layers=3, brute_force=True, held_layers=(1,))
+    assert brute.scales([(0, 1.5), (1, 1.5), (2, 1.2)]) == [1.5, 1.0, 1.2]
+
+
+@pytest.mark.parametrize("held, match", [((0, 1, 2), "every layer"), ((3,), r"in \[0, 2\]"), ((True,), "indices")])
+def test_bad_held_layers_are_refused(held, match):
+    with pytest.raises(ValueError, match=match):
+        GenomeSpec(num_layers=3, num_points=3, held_layers=held)
+
+
+def test_a_type_the_model_lacks_names_the_types_it_has():
+    assert layers_not_of(TYPES, "full_attention") == (0, 2)
+    with pytest.raises(ValueError, match="--layer-type 'global'.*sliding_attention, full_attention"):
+        layers_not_of(TYPES, "global")
+
+
+@pytest.fixture(scope="module")
+def gemma_checkpoint(tmp_path_factory):
+    import torch
+    import transformers
+
+    config = transformers.Gemma3TextConfig(**dict(
+        FAMILY_COMMON, head_dim=16, sliding_window=8, query_pre_attn_scalar=16, layer_types=TYPES,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}))
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    path = tmp_path_factory.mktemp("tiny_gemma3")
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def test_a_search_on_the_global_layers_never_moves_a_sliding_one(gemma_checkpoint, tmp_path):
+    output = tmp_path / "global_only"
+    args = ga_args(gemma_checkpoint, output, generations=2)
+    args[args.index("--sweep") + 1] = "1,2"
+    args[args.index("--heldout-samples") + 1] = "2"
+    done = run([sys.executable, GA, *args, "--layer-type", "full_attention", "--y-max", "4", "--my", "0.6"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the search moves layers 1, 3; the other 2 stay at 1" in done.stdout
+    records = history(output)
+    assert len(records) >= 4
+    for record in records:
+        assert record["scales"][0] == record["scales"][2] == 1.0, record
+    assert any(r["scales"][1] != 1.0 for r in records)  # the global layers did move
+    assert json.loads((output / "scales.json").read_text())["scales"][0::2] == [1.0, 1.0]
+    # The held-out table's PI and uniform rows move the same layers as the search.
+    methods = json.loads((output / "heldout.json").read_text())["scored"]["methods"]
+    assert methods["uniform 2"] == [1.0, 2.0, 1.0, 2.0] and methods["PI"][0::2] == [1.0, 1.0]
+    assert json.loads((output / "config.json").read_text())["genome"]["held_layers"] == [0, 2]
+
+
+def test_a_layer_type_the_model_lacks_is_one_line_before_any_search(gemma_checkpoint, tmp_path):
+    output = tmp_path / "bad"
+    done = run([sys.executable, GA, *ga_args(gemma_checkpoint, output), "--layer-type", "global"])
+    assert done.returncode != 0
+    assert "--layer-type 'global': this model's layers are of type(s) sliding_attention, full_attention" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (output / "history.jsonl").exists()
