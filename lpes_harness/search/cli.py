@@ -69,13 +69,15 @@ PROFILES = {
     # Only the 3 global layers (5, 11, 17) move (--layer-type full_attention): scaling the
     # sliding-window layers breaks Gemma (1.5 there alone: -45 points; uniform 0.8: 0 at the end
     # position), and in the paper's range [1, 2] over all layers a first search's mutants were
-    # all within a point of vanilla. The global layers alone took 2 and 3 without harm, +6.2
-    # points on 16 samples per position (results/gemma3_layer_type_probe), so y spans [1, 4].
+    # all within a point of vanilla. On the global layers alone 2 to 8 lift the 25 and 50 %
+    # positions by 19-31 points, but from 5 up they cost the end position 31-56 points, and
+    # below 1 nothing helps (results/gemma3_layer_type_probe, 16 samples per position), so y
+    # spans [1, 6] in steps of 0.25 with My 1, and the sweep tries 2 and 4 as starts.
     "gemma3-cpu": {
         "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
         "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
-        "generations": 3, "layer_type": "full_attention", "y_min": 1.0, "y_max": 4.0, "y_step": 0.1,
-        "initial_y": 1.0, "my": 0.4, "mx": 2.0, "sweep": "1,2,3", "heldout_samples": 200,
+        "generations": 3, "layer_type": "full_attention", "y_min": 1.0, "y_max": 6.0, "y_step": 0.25,
+        "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
     },
     # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
     # generations (432 individuals at most), 100 samples per position in batches of up to 100
@@ -112,7 +114,7 @@ profiles (--profile; the command line and --config override a profile's values):
          num_sentences 240 (~2.3k tokens, where it shows the U-curve), population 10,
          4 parents, 5 mutants + 1 crossover, 3 generations, 16 samples per position;
          only the global layers move (--layer-type full_attention; scaling its
-         sliding-window layers breaks it), y in [1, 4], My 0.4, Mx 2, sweep 1,2,3; then
+         sliding-window layers breaks it), y in [1, 6], My 1, Mx 2, sweep 1,2,4; then
          200 held-out samples per position (~45 min of search in bfloat16, then about an
          hour of held-out table)
   auto   (default) gemma3-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
