@@ -83,4 +83,4 @@ def test_a_layer_type_the_model_lacks_is_one_line_before_any_search(gemma_checkp
     assert done.returncode != 0
     assert "--layer-type 'global': this model's layers are of type(s) sliding_attention, full_attention" in done.stderr
     assert "Traceback" not in done.stderr
-    assert not (output / "history.jsonl").exists()
+    assert not output.exists()  # nothing written, not even the run folder

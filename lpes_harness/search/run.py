@@ -224,13 +224,12 @@ def evaluate_heldout(lm, args, fitness, spec: GenomeSpec, scales, sweep, output:
 
     uniform = sweep is not None and sweep["best"] != 1.0 and "uniform" in args.heldout_extra
     methods = lpes_methods(scales, [sweep["best"]] if uniform else [])
-    if spec.held_layers:
-        # PI and the uniform row move the layers the search moved, as the sweep did: the
-        # curve's mean there, not over held layers (whose 1s say nothing about the curve).
-        moved = [s for layer, s in enumerate(scales) if layer not in spec.held_layers]
-        methods["PI"] = spec.uniform(sum(moved) / len(moved))
-        if uniform:
-            methods[f"uniform {sweep['best']:g}"] = spec.uniform(sweep["best"])
+    # PI and the uniform row move the layers the search moved, as the sweep did: the curve's
+    # mean there, not over --layer-type's held layers (whose 1s say nothing about the curve).
+    moved = [s for layer, s in enumerate(scales) if layer not in spec.held_layers]
+    methods["PI"] = spec.uniform(sum(moved) / len(moved))
+    if uniform:
+        methods[f"uniform {sweep['best']:g}"] = spec.uniform(sweep["best"])
     if "pi" not in args.heldout_extra:
         del methods["PI"]
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
