@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     from lpes_harness.lmeval.requests import loglikelihood_requests
 
     lm = BucketsLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=1)
-    bases = list(buckets.get_state(lm.model).bases)
+    bases = list(buckets.get_state(lm.model).relative_bases)  # relative to theta (each layer type's on Gemma-3)
     samples = heldout_samples(lm, args.samples)
     device = torch.device(lm.device)
 
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         try:
             return [(s.logprob, s.is_greedy) for s in score_answers(lm, pairs)]
         finally:
-            buckets.install(lm.model, bases, absolute_bases=True)
+            buckets.install(lm.model, bases)
 
     run = {
         "full logits": lambda pairs: HFLM.loglikelihood(lm, loglikelihood_requests(pairs), disable_tqdm=True),

@@ -79,4 +79,4 @@ def test_only_the_answer_positions_of_every_copy_reach_the_output_layer(checkpoi
     finally:
         handle.remove()
     answer_tokens = sum(len(lm._encode_pair(c, a)[1]) if c else len(lm.tok_encode(a)) for c, a in REQUESTS)
-    assert sum(rows) == len(buckets.get_state(lm.model).bases) * answer_tokens
+    assert sum(rows) == len(buckets.get_state(lm.model).relative_bases) * answer_tokens

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from lm_eval.api.instance import Instance
-from tiny_models import random_ids, save_tiny_checkpoint, tiny_model
+from tiny_models import random_ids, save_tiny_checkpoint, tiny_gemma3, tiny_model, tiny_tokenizer
 
 from lpes_harness.baselines import buckets, moice, mspoe, train_moice
 from lpes_harness.baselines.arguments import BaselineError
@@ -58,9 +58,38 @@ def test_mspoe_finds_each_rows_length_in_a_right_padded_batch(checkpoint):
     assert lm._last_real_index(padded).tolist() == [len(r) - 2 for r in rows]
 
 
-@pytest.mark.parametrize("method", ["mspoe_fixed", "moice"])
-def test_cached_generation_equals_uncached(method):
-    model = tiny_model("qwen2")
+def build(arch: str):
+    return tiny_gemma3() if arch == "gemma3" else tiny_model(arch)
+
+
+@pytest.fixture(scope="module")
+def gemma3_checkpoint(tmp_path_factory):
+    """A tiny Gemma-3 (sliding window 8, a RoPE per layer type) that HFLM loads offline."""
+    path = tmp_path_factory.mktemp("tiny_gemma3")
+    model = tiny_gemma3()
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
+    # A row that ends (it does here) is padded while the batch goes on, as generate() does with an
+    # end-of-sequence token; without one, lm-eval's stop criterion ends a lone row but not a batch.
+    model.generation_config.eos_token_id = 2
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("method", ["mspoe", "buckets"])
+def test_batched_equals_unbatched_on_gemma3(gemma3_checkpoint, method):
+    """Right-padded loglikelihood batches and left-padded generation on sliding + full layers."""
+    one = METHODS[method](gemma3_checkpoint, batch_size=1)
+    many = METHODS[method](gemma3_checkpoint, batch_size=3)
+    assert loglikelihoods(many) == pytest.approx(loglikelihoods(one), abs=1e-4)
+    assert generations(many) == generations(one)
+
+
+@pytest.mark.parametrize("method, arch", [("mspoe_fixed", "qwen2"), ("moice", "qwen2"), ("mspoe_fixed", "gemma3")])
+def test_cached_generation_equals_uncached(method, arch):
+    # Gemma-3: a 16-token prompt and 8 new tokens against a sliding window of 8, so the
+    # sliding layers' cache drops keys while decoding.
+    model = build(arch)
     if method == "moice":
         moice.install(model)
     else:
@@ -86,8 +115,9 @@ def test_mspoe_decoding_keeps_the_head_order_of_the_prefill():
     assert all(torch.equal(mspoe.get_state(model).head_ratios[k], v) for k, v in ratios.items())
 
 
-def test_buckets_cached_generation_equals_recomputing_each_step():
-    model = buckets.install(tiny_model("mistral"))
+@pytest.mark.parametrize("arch", ["mistral", "gemma3"])
+def test_buckets_cached_generation_equals_recomputing_each_step(arch):
+    model = buckets.install(build(arch))
     ids = random_ids(12)
     with torch.no_grad():
         cached = buckets.generate(model, ids, max_new_tokens=6)
@@ -234,6 +264,22 @@ def test_base_changes_need_plain_rope():
         buckets.install(llama3)
     with pytest.raises(BaselineError, match="rope_type='llama3'"):
         moice.install(llama3)
+
+
+def test_gemma3_refusals_say_why():
+    with pytest.raises(BaselineError, match=r"moice_hf cannot run on model type 'gemma3_text': its layer types "
+                                            r"\(sliding_attention, full_attention\) each have their own RoPE.*routers"):
+        moice.install(tiny_gemma3())
+    with pytest.raises(BaselineError, match=r"absolute_bases=true is ambiguous on model type 'gemma3_text'.*"
+                                            r"sliding_attention theta=10000, full_attention theta=1e\+06"):
+        buckets.install(tiny_gemma3(), bases="10000;20000", absolute_bases=True)
+    linear = tiny_gemma3()
+    linear.config.rope_parameters["full_attention"].update(rope_type="linear", factor=8.0)  # as gemma-3-4b and up
+    with pytest.raises(BaselineError, match=r"'gemma3_text', layer type full_attention\) uses rope_type='linear'"):
+        buckets.install(linear)
+    for model in (tiny_gemma3(), linear):
+        assert not hasattr(model, "_moice_state") and not hasattr(model, "_buckets_state")
+        assert not any(m._forward_hooks for m in model.modules()), "a refused baseline leaves nothing behind"
 
 
 def test_unsupported_attention_kernel_is_named():

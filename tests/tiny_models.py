@@ -117,3 +117,21 @@ def tiny_gemma3_multimodal(seed: int = 0):
     )
     torch.manual_seed(seed)
     return transformers.Gemma3ForConditionalGeneration(config).eval()
+
+
+GEMMA3_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+
+
+def tiny_gemma3(seed: int = 0, attn_implementation: str = "sdpa", theta_factor: float = 1.0):
+    """Tiny Gemma-3 text model: sliding layers (theta 10k, a window of 8) and full layers (theta 1M),
+    plain RoPE on both (as Gemma-3 270M / 1B), each theta times ``theta_factor``.
+
+    ``query_pre_attn_scalar`` 24, not ``head_dim`` 16: an attention rewrite that used
+    ``head_dim ** -0.5`` instead of the layer's ``scaling`` would show.
+    """
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4 * theta_factor},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6 * theta_factor}}
+    return tiny_family_model(
+        "Gemma3TextConfig", "Gemma3ForCausalLM", seed=seed, attn_implementation=attn_implementation,
+        head_dim=16, sliding_window=8, query_pre_attn_scalar=24, layer_types=GEMMA3_TYPES, rope_parameters=rope,
+    )

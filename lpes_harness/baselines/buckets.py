@@ -13,6 +13,12 @@ raw logits).
   default is the set of the authors' RAG experiments, ``[10000, 13000, ..., 28000]`` for
   Llama 2's ``theta = 10000``, i.e. ``1.0;1.3;1.6;1.9;2.2;2.5;2.8``. ``absolute_bases=true``
   takes the numbers as bases as they are.
+- On a model whose layer types have their own RoPE (Gemma-3: sliding layers theta = 10k,
+  full layers 1M), the bases are relative to *each layer type's* theta: copy k runs every
+  layer at ``bases[k]`` times its own type's theta (``1.3`` -> 13k on sliding layers, 1.3M on
+  full ones), which keeps the model's ratio between the types, as one base per copy does
+  on a model with one RoPE. ``absolute_bases=true`` is refused there: one number cannot
+  say which type's base it is.
 - ``loglikelihood`` merges the logits the same way at each answer position (each position
   is the "last token" of its prefix). One forward of the K copies through the decoder, and
   the output layer only at the answer's positions, for every copy: the numbers lm-eval's own
@@ -20,7 +26,8 @@ raw logits).
   fraction of the cost (docs/baselines.md).
 - Generation is greedy, with its own decoding loop: the K copies must share one merged
   token per step, which ``generate()`` cannot express. Sampling arguments are refused.
-- Only plain RoPE (``rope_type: default``) has a base to change.
+- Only plain RoPE (``rope_type: default``) has a base to change, on every layer type
+  (gemma-3-4b and up use linear scaling on their full layers: refused).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
+from lpes_harness import rope_anatomy
 from lpes_harness.arg_values import parse_bool
 from lpes_harness.baselines import arguments, decoding, model_checks, rope_math
 from lpes_harness.baselines.arguments import BaselineError
@@ -47,42 +55,66 @@ DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
 
 @dataclass
 class _BucketsState:
-    bases: list[float]
-    inv_freq: torch.Tensor  # (K, D/2)
+    relative_bases: list[float]  # the K bases as multiples of theta (of each layer type's theta)
+    # Per RoPE (None: the model's one RoPE, else a layer type): its K absolute bases.
+    bases: dict[str | None, list[float]]
+    ropes: dict[tuple, rope_math.LayerRoPE]  # per rotary call (LayerRoPE.key): the RoPE it computes
+    inv_freq: dict[tuple, torch.Tensor]  # per rotary call: (K, D/2), row k at base k
     recorder: rope_math.PositionRecorder
 
 
 _STATE_ATTR = "_buckets_state"
 
 
-def resolve_bases(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> list[float]:
-    relative = DEFAULT_RELATIVE_BASES if bases is None else arguments.parse_float_list("bases", bases)
-    theta = rope_math.rope_theta(model)
-    return [float(b) for b in relative] if absolute_bases else [theta * float(b) for b in relative]
+def resolve_bases(thetas: dict[str | None, float], model_type: str, bases: Any = None,
+                  absolute_bases: bool = False) -> tuple[list[float], dict[str | None, list[float]]]:
+    """``(relative, {layer type or None: absolute})``: each RoPE's K bases, from its own theta.
+
+    ``thetas``: per layer type (None: the model's one RoPE), its theta."""
+    given = list(DEFAULT_RELATIVE_BASES) if bases is None else arguments.parse_float_list("bases", bases)
+    if absolute_bases and len(thetas) > 1:
+        found = ", ".join(f"{t} theta={theta:g}" for t, theta in thetas.items())
+        raise BaselineError(
+            f"buckets_hf: absolute_bases=true is ambiguous on model type '{model_type}', whose layer types each have "
+            f"their own RoPE base ({found}); give bases relative to each layer type's theta (absolute_bases=false)"
+        )
+    if absolute_bases:
+        (theta,) = thetas.values()
+        return [b / theta for b in given], {t: [float(b) for b in given] for t in thetas}
+    return [float(b) for b in given], {t: [theta * float(b) for b in given] for t, theta in thetas.items()}
 
 
 def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> nn.Module:
-    """Make row block k of every batch use RoPE base ``bases[k]``. Inputs must be repeated K times."""
+    """Make row block k of every batch use RoPE base ``bases[k]`` (times each layer type's theta).
+    Inputs must be repeated K times."""
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("Attention Buckets is already installed on this model; call buckets.remove(model) first")
-    parts = model_checks.check_model(model, "buckets_hf", rewrites_attention=False)
-    theta = rope_math.rope_theta(model)
-    absolute = resolve_bases(model, bases, absolute_bases)
-    inv_freq = torch.stack([rope_math.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
-    state = _BucketsState(absolute, inv_freq, recorder=None)  # type: ignore[arg-type]
+    parts, layer_ropes = model_checks.check_model(model, "buckets_hf", rewrites_attention=False)
+    config = rope_anatomy.decoder_config(parts, model)
+    ropes = rope_math.distinct(layer_ropes)
+    thetas = {r.layer_type: rope_math.rope_theta(config, parts.model_type, r.layer_type) for r in ropes}
+    relative, absolute = resolve_bases(thetas, parts.model_type, bases, absolute_bases)
+    inv_freq = {}
+    for r in ropes:  # each layer type's K bases, from its own frequencies and theta
+        inv_freq[r.key] = torch.stack([rope_math.inv_freq_for_base(r.inv_freq, thetas[r.layer_type], b)
+                                       for b in absolute[r.layer_type]])
+    ropes_by_key = {r.key: r for r in ropes}
+    state = _BucketsState(relative, absolute, ropes_by_key, inv_freq, recorder=None)  # type: ignore[arg-type]
 
-    def per_block_rope(x, position_ids, output):
-        n_bases, batch = len(state.bases), x.shape[0]
+    def per_block_rope(x, position_ids, output, key):
+        n_bases, batch = len(state.relative_bases), x.shape[0]
         if batch % n_bases:
             raise RuntimeError(
                 f"Attention Buckets: the batch ({batch} rows) is not {n_bases} copies of the input; "
                 "call the model through buckets.forward_logits"
             )
+        if key not in state.inv_freq:
+            raise RuntimeError(f"Attention Buckets: a rotary call {key} that the model's layer types did not announce")
         position_ids = position_ids.expand(batch, -1)  # (1, T) when the model made them itself
-        rows = state.inv_freq.to(position_ids.device).repeat_interleave(batch // n_bases, dim=0)
-        return rope_math.cos_sin(position_ids, rows[:, None, :], parts.rotary_emb.attention_scaling, x.dtype)
+        rows = state.inv_freq[key].to(position_ids.device).repeat_interleave(batch // n_bases, dim=0)
+        return rope_math.cos_sin(position_ids, rows[:, None, :], state.ropes[key].attention_scaling, x.dtype)
 
-    state.recorder = rope_math.PositionRecorder(parts.rotary_emb, replace=per_block_rope)
+    state.recorder = rope_math.PositionRecorder(parts, replace=per_block_rope)
     setattr(model, _STATE_ATTR, state)
     return model
 
@@ -110,7 +142,7 @@ def merge_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_ids=None, past_key_values=None, last_only=False):
     """One forward of the K copies; returns merged logits ``(B, T, V)`` (``(B, V)`` with ``last_only``)."""
-    n_bases = len(get_state(model).bases)
+    n_bases = len(get_state(model).relative_bases)
     repeat = lambda t: None if t is None else t.repeat(n_bases, *([1] * (t.dim() - 1)))  # noqa: E731
     out = model(
         input_ids=repeat(input_ids),
@@ -129,7 +161,7 @@ def answer_logits(model: nn.Module, input_ids, rows, columns) -> torch.Tensor:
     """Merged logits ``(n, V)`` at positions ``(rows[i], columns[i])`` of ``input_ids`` ``(B, T)``:
     one forward of the K copies through the decoder, the output layer only at those positions
     (for every copy), merged as :func:`forward_logits` merges them."""
-    n_bases = len(get_state(model).bases)
+    n_bases = len(get_state(model).relative_bases)
     hidden = model.get_decoder()(input_ids=input_ids.repeat(n_bases, 1), use_cache=False).last_hidden_state
     hidden = hidden.reshape(n_bases, input_ids.shape[0], *hidden.shape[1:])[:, rows, columns]  # (K, n, H)
     return merge_logits(output_layer(model, hidden))
@@ -159,7 +191,13 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
 
 @register_model("buckets_hf")
 class BucketsLM(AnswerLogitsLoglikelihoodMixin, HFLM):
-    """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets)."""
+    """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets).
+
+    ``--model_args``: ``bases=1.0;1.3;...`` (default: the authors' seven), each relative to the
+    model's theta, and on a model with a RoPE per layer type (Gemma-3) to each layer type's
+    theta; ``absolute_bases=true`` takes them as bases (refused where there are several
+    layer types); every HFLM argument.
+    """
 
     def __init__(
         self,
@@ -205,5 +243,7 @@ class BucketsLM(AnswerLogitsLoglikelihoodMixin, HFLM):
 
     def get_model_info(self) -> dict:
         info = super().get_model_info()
-        info["buckets_bases"] = get_state(self.model).bases
+        bases = get_state(self.model).bases
+        # One RoPE: its K bases, as before; one per layer type (Gemma-3): {layer type: its K bases}.
+        info["buckets_bases"] = bases[None] if list(bases) == [None] else bases
         return info

@@ -8,15 +8,17 @@ import torch
 from torch import nn
 
 from lpes_harness import rope, rope_anatomy
+from lpes_harness.baselines import rope_math
 from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.rope_math import cos_sin
 
 
 # The baselines re-implement a Llama-style attention (q/k/v/o projections, optional per-head
 # q/k norms, rotate-half RoPE on the whole head, the model's attention kernel). The families
 # where that was checked against the model's own attention (tests/test_families.py); any
-# other model type is refused by the baselines that rewrite attention.
-VERIFIED_ATTENTION = ("llama", "mistral", "qwen2", "qwen3", "gemma", "granite")
+# other model type is refused by the baselines that rewrite attention. `gemma3` is Gemma-3's
+# text decoder inside its vision wrapper (gemma-3-4b and up), the same attention
+# (tests/test_baselines_reductions.py).
+VERIFIED_ATTENTION = ("llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "gemma3_text", "gemma3")
 _ATTENTION_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}
 
 
@@ -24,50 +26,57 @@ def _refuse(who: str, model_type: str, reason: str, accepted: str) -> BaselineEr
     return BaselineError(f"{who} cannot run on model type '{model_type}': {reason}. {accepted}")
 
 
-def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope_anatomy.RoPEParts:
+def check_model(
+    model: nn.Module, who: str, rewrites_attention: bool
+) -> tuple[rope_anatomy.RoPEParts, list[rope_math.LayerRoPE]]:
     """Refuse, before anything is changed, a model on which baseline ``who`` would be wrong.
 
-    Every baseline recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so the
-    model's rotary embedding must be one ``rotary_emb(x, position_ids)`` call per forward
-    (not Gemma-3's one call per layer type) whose output that formula reproduces (not
-    Cohere's interleaved layout, not Llama-4's complex ``freqs_cis``). A baseline that also
-    rewrites each layer's attention (Ms-PoE, MoICE) needs the Llama-style attention it
+    Returns the model's parts and each layer's RoPE (:class:`rope_math.LayerRoPE`). Every
+    baseline recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so each of the
+    model's RoPEs (one, or one per layer type as on Gemma-3) must be what its rotary call
+    computes (not Cohere's interleaved layout, not Llama-4's complex ``freqs_cis``), and
+    which call feeds which layer must be known (Gemma-3's ``layer_types``). A baseline that
+    also rewrites each layer's attention (Ms-PoE, MoICE) needs the Llama-style attention it
     re-implements, in every layer (no NoPE layer, no partial rotary, no fused projections,
-    no attention softcapping), on a model type where that was verified.
+    no attention softcapping, causal), on a model type where that was verified.
     """
     try:
         parts = rope.check_supported(model)
     except rope_anatomy.LPESError as err:
         raise BaselineError(f"{who} cannot run on this model: {err}") from err
     model_type = parts.model_type
-    plain = "Accepted: Llama-style models with one plain RoPE for all layers (Llama, SmolLM2, Qwen2, Mistral)"
+    plain = ("Accepted: Llama-style models with plain RoPE, one for all layers or one per layer type "
+             "(Llama, SmolLM2, Qwen2, Mistral, Gemma-3)")
     rotary = parts.rotary_emb
-    extra = [name for name in list(inspect.signature(type(rotary).forward).parameters)[3:]]
-    if extra:
-        raise _refuse(
-            who, model_type,
-            f"its rotary embedding is called with {', '.join(map(repr, extra))} (a different RoPE per layer type, "
-            f"e.g. Gemma-3's 10k sliding / 1M full bases), and this baseline applies one RoPE to every layer",
-            plain,
-        )
-    if not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor) or not hasattr(rotary, "attention_scaling"):
-        raise _refuse(who, model_type, f"its rotary embedding {type(rotary).__name__} has no `inv_freq`", plain)
-    device = rotary.inv_freq.device
-    position_ids = torch.arange(8, device=device)[None]
-    forward = rope_anatomy.undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
-    with torch.no_grad():
-        own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids)
-    ours = cos_sin(position_ids, rotary.inv_freq, rotary.attention_scaling, torch.float32)
-    if any(a.shape != b.shape or not torch.allclose(a.float(), b, atol=1e-6) for a, b in zip(own, ours)):
-        raise _refuse(
-            who, model_type,
-            "its rotary embedding lays out (cos, sin) differently from cat(freqs, freqs) (e.g. interleaved pairs)",
-            plain,
-        )
-    if not rewrites_attention:
-        return parts
-
     config = rope_anatomy.decoder_config(parts, model)
+    ropes = rope_math.layer_ropes(parts, config)
+    if ropes is None:
+        extra = list(inspect.signature(type(rotary).forward).parameters)[3:]
+        raise _refuse(
+            who, model_type,
+            f"its rotary embedding is called with {', '.join(map(repr, extra))}, and the config does not say "
+            f"which call feeds which layer (as Gemma-3's `layer_types` does)",
+            plain,
+        )
+    forward = rope_anatomy.undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
+    for layer_rope in rope_math.distinct(ropes):
+        name, scaling = f"{layer_rope.prefix}inv_freq", f"{layer_rope.prefix}attention_scaling"
+        if not isinstance(getattr(rotary, name, None), torch.Tensor) or not hasattr(rotary, scaling):
+            raise _refuse(who, model_type, f"its rotary embedding {type(rotary).__name__} has no `{name}`", plain)
+        device = layer_rope.inv_freq.device
+        position_ids = torch.arange(8, device=device)[None]
+        with torch.no_grad():
+            own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids, **dict(layer_rope.key))
+        ours = rope_math.cos_sin(position_ids, layer_rope.inv_freq, layer_rope.attention_scaling, torch.float32)
+        if any(a.shape != b.shape or not torch.allclose(a.float(), b, atol=1e-6) for a, b in zip(own, ours)):
+            raise _refuse(
+                who, model_type,
+                "its rotary embedding lays out (cos, sin) differently from cat(freqs, freqs) (e.g. interleaved pairs)",
+                plain,
+            )
+    if not rewrites_attention:
+        return parts, ropes
+
     nope = rope_anatomy.nope_layers_in(parts)
     if nope:
         raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this baseline rotates every layer", plain)
@@ -86,11 +95,19 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope_an
                 f"v_proj, o_proj and optional per-head q_norm / k_norm",
                 plain,
             )
-        head_dim = getattr(attn, "head_dim", None)
-        if 2 * rotary.inv_freq.numel() != head_dim:
+        if not getattr(attn, "is_causal", True):
             raise _refuse(
                 who, model_type,
-                f"RoPE rotates {2 * rotary.inv_freq.numel()} of the {head_dim} dimensions of a head (partial rotary), "
+                f"layer {index}: its attention is bidirectional (is_causal=False), and this baseline re-implements "
+                f"causal attention",
+                plain,
+            )
+        head_dim = getattr(attn, "head_dim", None)
+        rotated = 2 * ropes[index].inv_freq.numel()
+        if rotated != head_dim:
+            raise _refuse(
+                who, model_type,
+                f"RoPE rotates {rotated} of the {head_dim} dimensions of a head (partial rotary), "
                 f"and this baseline rotates whole heads",
                 plain,
             )
@@ -110,4 +127,4 @@ def check_model(model: nn.Module, who: str, rewrites_attention: bool) -> rope_an
             f"against the model's own); '{model_type}' has not been checked",
             f"Accepted model types: {', '.join(VERIFIED_ATTENTION)}",
         )
-    return parts
+    return parts, ropes

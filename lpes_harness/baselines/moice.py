@@ -28,6 +28,9 @@ Facts taken from the authors' code (p1nksnow/MoICE) and choices made here:
 - Without ``gates=`` the routers start from the reference's initialisation (PyTorch's
   ``nn.Linear`` default) under a fixed seed, untrained; a warning says so.
 - Only plain RoPE (``rope_type: default``) has a base to change.
+- Not on models with a RoPE per layer type (Gemma-3: sliding layers base 10k, full layers
+  1M): the routers and the base set are trained per model for one θ, and per-layer-type
+  bases and routers are not implemented; refused by name (Ms-PoE and Buckets run there).
 """
 
 from __future__ import annotations
@@ -150,8 +153,16 @@ def install(
     if getattr(model, _STATE_ATTR, None) is not None:
         raise BaselineError("MoICE is already installed on this model; call moice.remove(model) first")
     attention.check_attention_implementation(model, "moice_hf")
-    parts = model_checks.check_model(model, "moice_hf", rewrites_attention=True)
-    theta = rope_math.rope_theta(model)
+    parts, ropes = model_checks.check_model(model, "moice_hf", rewrites_attention=True)
+    layer_types = [r.layer_type for r in rope_math.distinct(ropes) if r.layer_type is not None]
+    if layer_types:
+        raise BaselineError(
+            f"moice_hf cannot run on model type '{parts.model_type}': its layer types "
+            f"({', '.join(layer_types)}) each have their own RoPE, and MoICE's routers (the gates file) are "
+            f"trained per model for one base set relative to one θ; per-layer-type bases and routers are not "
+            f"implemented. Accepted: models with one RoPE for all layers (Llama, SmolLM2, Qwen2, Mistral)"
+        )
+    theta = rope_math.rope_theta(rope_anatomy.decoder_config(parts, model), parts.model_type)
     saved = read_gates(gates) if gates else None
     if saved is not None and bases is None:
         relative = list(saved["relative_bases"])
@@ -168,8 +179,8 @@ def install(
     top_k = int(top_k)
     if not 1 <= top_k <= n_experts:
         raise BaselineError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
-    inv_freq = torch.stack([rope_math.inv_freq_for_base(parts.rotary_emb, theta, b) for b in absolute])
-    state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts.rotary_emb))
+    inv_freq = torch.stack([rope_math.inv_freq_for_base(ropes[0].inv_freq, theta, b) for b in absolute])
+    state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts))
 
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # reproducible untrained routers, without touching the caller's RNG

@@ -3,7 +3,9 @@
     lm_eval --model mspoe_hf --model_args "min_ratio=1.2,max_ratio=1.8" --tasks kv_retrieval
 
 In each chosen layer (default: layers 2..L-1, as the authors' scripts), attention head h
-rotates queries and keys as if token i sat at position ``i / r_h``. The ratios are
+rotates queries and keys as if token i sat at position ``i / r_h``, with the layer's own
+RoPE: on Gemma-3, a sliding layer's base-10k RoPE and a full layer's 1M one (each with its
+``inv_freq`` and ``attention_scaling``, linear scaling included). The ratios are
 ``r_j = min + (max - min) * j / H`` for ``j = 0..H-1`` (the reference's formula: the
 largest ratio is just below ``max``).
 
@@ -31,6 +33,10 @@ Deliberate choices (see docs/baselines.md):
   padding, no mask) ``MsPoELM`` tells the layers each row's length.
 - The cache holds keys already rotated (per query head), so decoding costs one extra
   rotation of the new key only, not a re-rotation of the whole cache.
+- The rewritten attention keeps what the model's own applies before and after RoPE: its
+  per-head ``q_norm``/``k_norm`` (Qwen3, Gemma-3), its ``scaling`` (Gemma-3's
+  ``query_pre_attn_scalar``) and the mask it is handed, which on Gemma-3 is the layer's own
+  (sliding-window or full); the outlier statistic sees the keys that mask leaves visible.
 """
 
 from __future__ import annotations
@@ -121,7 +127,7 @@ def _visible_keys(attention_mask, batch: int, q_len: int, kv_len: int, query_ind
     return row if row.dtype == torch.bool else row == 0
 
 
-def _mspoe_forward(state: _MsPoEState):
+def _mspoe_forward(state: _MsPoEState, layer_rope: rope_math.LayerRoPE):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
                 **kwargs):
         past_key_values = attention.layer_cache(past_key_values, cache)
@@ -149,7 +155,7 @@ def _mspoe_forward(state: _MsPoEState):
 
         position_ids = state.recorder.position_ids.to(hidden_states.device)  # (B, T)
         scaled = position_ids[:, None, :].float() / ratios[:, :, None]  # (B, H, T)
-        cos, sin = rope_math.cos_sin(scaled, state.parts.rotary_emb.inv_freq, state.parts.rotary_emb.attention_scaling, query.dtype)
+        cos, sin = rope_math.cos_sin(scaled, layer_rope.inv_freq, layer_rope.attention_scaling, query.dtype)
         query, key = rope_math.apply_rope(query, cos, sin), rope_math.apply_rope(key, cos, sin)
 
         if past_key_values is not None:
@@ -174,11 +180,11 @@ def install(
     min_ratio, max_ratio = float(min_ratio), float(max_ratio)
     check_arguments(min_ratio, max_ratio, head_mapping, head_order)
     attention.check_attention_implementation(model, "mspoe_hf")
-    parts = model_checks.check_model(model, "mspoe_hf", rewrites_attention=True)
+    parts, ropes = model_checks.check_model(model, "mspoe_hf", rewrites_attention=True)
     chosen = arguments.parse_layers(layers, len(parts.layers), default_start=2)
-    state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, rope_math.PositionRecorder(parts.rotary_emb))
+    state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, rope_math.PositionRecorder(parts))
     for index in chosen:
-        attention.replace_attention_forward(parts.layers[index].self_attn, _mspoe_forward(state))
+        attention.replace_attention_forward(parts.layers[index].self_attn, _mspoe_forward(state, ropes[index]))
     setattr(model, _STATE_ATTR, state)
     return model
 
