@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 
 import torch
 from torch import nn
@@ -50,15 +49,14 @@ def check_model(
     rotary = parts.rotary_emb
     config = rope_anatomy.decoder_config(parts, model)
     ropes = rope_math.layer_ropes(parts, config)
+    rotary_function = rope_anatomy.RotaryFunction(rotary, model_type)
     if ropes is None:
-        extra = list(inspect.signature(type(rotary).forward).parameters)[3:]
         raise _refuse(
             who, model_type,
-            f"its rotary embedding is called with {', '.join(map(repr, extra))}, and the config does not say "
-            f"which call feeds which layer (as Gemma-3's `layer_types` does)",
+            f"its rotary embedding is called with {', '.join(map(repr, rotary_function.extra))}, and the config "
+            f"does not say which call feeds which layer (as Gemma-3's `layer_types` does)",
             plain,
         )
-    forward = rope_anatomy.undecorated_forward(type(rotary).forward)  # no dynamic-RoPE side effects
     for layer_rope in rope_math.distinct(ropes):
         name, scaling = f"{layer_rope.prefix}inv_freq", f"{layer_rope.prefix}attention_scaling"
         if not isinstance(getattr(rotary, name, None), torch.Tensor) or not hasattr(rotary, scaling):
@@ -66,7 +64,8 @@ def check_model(
         device = layer_rope.inv_freq.device
         position_ids = torch.arange(8, device=device)[None]
         with torch.no_grad():
-            own = forward(rotary, torch.zeros(1, 8, 1, device=device), position_ids, **dict(layer_rope.key))
+            # the undecorated forward: no dynamic-RoPE side effects
+            own = rotary_function.function(rotary, torch.zeros(1, 8, 1, device=device), position_ids, **dict(layer_rope.key))
         ours = rope_math.cos_sin(position_ids, layer_rope.inv_freq, layer_rope.attention_scaling, torch.float32)
         if any(a.shape != b.shape or not torch.allclose(a.float(), b, atol=1e-6) for a, b in zip(own, ours)):
             raise _refuse(
