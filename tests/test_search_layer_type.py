@@ -84,3 +84,56 @@ def test_a_layer_type_the_model_lacks_is_one_line_before_any_search(gemma_checkp
     assert "--layer-type 'global': this model's layers are of type(s) sliding_attention, full_attention" in done.stderr
     assert "Traceback" not in done.stderr
     assert not output.exists()  # nothing written, not even the run folder
+
+
+def test_pi_and_uniform_rows_move_only_the_layers_a_layer_type_search_moves():
+    """PI is the curve's mean over the moved layers, put on those layers: the held 1s would drag a
+    Gemma-3 curve's mean towards 1 and its PI row would scale the sliding layers, which break."""
+    from lpes_harness.analysis.paired import lpes_methods, several_lpes_methods
+
+    curve = [1.0, 3.0, 1.0, 2.0]
+    methods = lpes_methods(curve, [4.0], held_layers=(0, 2))
+    assert methods["PI"] == [1.0, 2.5, 1.0, 2.5] and methods["uniform 4"] == [1.0, 4.0, 1.0, 4.0]
+    assert lpes_methods(curve)["PI"] == [1.75] * 4  # no held layers: the paper's PI
+    several = several_lpes_methods({"a": curve, "b": [1.0, 1.5, 1.0, 1.5]}, uniform=[2.0], held_layers=(0, 2))
+    assert several["PI a"] == [1.0, 2.5, 1.0, 2.5] and several["PI b"] == [1.0, 1.5, 1.0, 1.5]
+    assert several["uniform 2"] == [1.0, 2.0, 1.0, 2.0] and several["LPES a"] == curve
+    with pytest.raises(ValueError, match="nothing is left to scale"):
+        lpes_methods(curve, held_layers=(0, 1, 2, 3))
+    with pytest.raises(ValueError, match="not all among the curves' 4 layers"):
+        several_lpes_methods({"a": curve}, held_layers=(4,))
+
+
+def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp_path):
+    """`tune_baselines --uniform --layer-type` scores each scale on the global layers only, and the
+    held-out command it suggests carries the flag; `analysis.paired --layer-type` builds PI and
+    uniform rows the same way and says so under its table."""
+    from lpes_harness.scales_file import write_scales_file
+
+    common = ["--pretrained", gemma_checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
+              "--num-samples", "1", "--threads", "1"]
+    tune = tmp_path / "pi"
+    done = run([sys.executable, "-m", "lpes_harness.search.tune_baselines", "--uniform", "2",
+                "--layer-type", "full_attention", *common, "--dtype", "float32", "--output", str(tune)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((tune / "tuning.json").read_text())
+    assert saved["held_layers"] == [0, 2] and saved["use"].endswith('--uniform "2" --layer-type full_attention --output DIR')
+    blocks = json.loads((tune / "scores.cache.json").read_text())["blocks"]
+    assert any(key.startswith("[1.0, 2.0, 1.0, 2.0]@") for key in blocks), list(blocks)
+    assert not any(key.startswith("[2.0, 2.0, 2.0, 2.0]@") for key in blocks)
+    assert "layers 0, 2 stay at 1" in (tune / "tuning.md").read_text()
+
+    curve = tmp_path / "curve.json"
+    write_scales_file(curve, [1.0, 3.0, 1.0, 2.0])
+    out = tmp_path / "paired"
+    done = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(curve), "--uniform", "2",
+                "--layer-type", "full_attention", *common, "--dtype", "float32", "--output", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    methods = json.loads((out / "heldout.json").read_text())["scored"]["methods"]
+    assert methods["PI"] == [1.0, 2.5, 1.0, 2.5] and methods["uniform 2"] == [1.0, 2.0, 1.0, 2.0]
+    assert "PI and uniform rows scale only the full_attention layers" in (out / "heldout.md").read_text()
+
+    bad = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(curve),
+               "--layer-type", "global", *common, "--output", str(tmp_path / "bad")])
+    assert bad.returncode == 2 and "--layer-type 'global'" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()

@@ -25,36 +25,54 @@ from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, 
 ALPHA = 0.05
 
 
-def lpes_methods(scales: Sequence[float], uniform: Sequence[float] = ()) -> dict[str, list[float]]:
+def lpes_methods(scales: Sequence[float], uniform: Sequence[float] = (), held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
     """The comparison of a searched curve: vanilla (first: the baseline), PI (its mean, uniform),
-    the curve itself, and any extra uniform scales."""
+    the curve itself, and any extra uniform scales.
+
+    ``held_layers`` (a search's ``--layer-type``: Gemma-3's sliding-window layers) stay at 1 in the
+    PI and uniform rows too, which move the layers the curve could move, as the search's sweep
+    did: PI is the curve's mean over those layers, not over the held 1s, which say nothing of it.
+    """
     n = len(scales)
-    methods = {"vanilla": [1.0] * n, "PI": [sum(scales) / n] * n, "LPES": list(scales)}
-    methods.update({f"uniform {v:g}": [float(v)] * n for v in uniform})
+    held = set(held_layers)
+    moved = [s for layer, s in enumerate(scales) if layer not in held]
+    if not moved:
+        raise ValueError(f"every layer is held at 1 (held layers {sorted(held)}): nothing is left to scale")
+
+    def uniform_row(value: float) -> list[float]:
+        return [1.0 if layer in held else float(value) for layer in range(n)]
+
+    methods = {"vanilla": [1.0] * n, "PI": uniform_row(sum(moved) / len(moved)), "LPES": list(scales)}
+    methods.update({f"uniform {v:g}": uniform_row(v) for v in uniform})
     return methods
 
 
 def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | Sequence[str] = True,
-                         uniform: Sequence[float] = ()) -> dict[str, list[float]]:
+                         uniform: Sequence[float] = (), held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
     """Vanilla, then each named curve as ``LPES <name>`` (and its ``PI <name>``): several searches on one sample set.
 
     ``with_pi``: every curve gets its PI row (True), none (False), or only the named curves.
+    ``held_layers``: as in :func:`lpes_methods`, for every PI and uniform row.
     """
     pi_for = set(curves) if with_pi is True else set(with_pi or ())
     if pi_for - set(curves):
         raise ValueError(f"PI asked for unknown curves {sorted(pi_for - set(curves))}; the curves are {list(curves)}")
-    if len(curves) == 1 and pi_for:
-        return lpes_methods(next(iter(curves.values())), uniform)
     n = len(next(iter(curves.values())))
     if any(len(c) != n for c in curves.values()):
         raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
+    if any(not 0 <= layer < n for layer in held_layers):
+        raise ValueError(f"held layers {sorted(held_layers)} are not all among the curves' {n} layers")
+    if len(curves) == 1 and pi_for:
+        return lpes_methods(next(iter(curves.values())), uniform, held_layers)
     methods = {"vanilla": [1.0] * n}
     for name, scales in curves.items():
+        single = lpes_methods(scales, held_layers=held_layers)
         suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
         if name in pi_for:
-            methods[f"PI{suffix}"] = [sum(scales) / n] * n
+            methods[f"PI{suffix}"] = single["PI"]
         methods[f"LPES{suffix}"] = list(scales)
-    methods.update({f"uniform {v:g}": [float(v)] * n for v in uniform})
+    methods.update({name: row for name, row in lpes_methods([1.0] * n, uniform, held_layers).items()
+                    if name.startswith("uniform ")})
     return methods
 
 
@@ -192,7 +210,7 @@ def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = AL
     return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
             "versus_pi": _versus_own_pi(pooled),
             "versus_baselines": _versus_baselines(pooled, scored.get("methods") or {}),
-            **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template") if k in scored}}
+            **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template", "layer_type") if k in scored}}
 
 
 def _paired(method: list, baseline: list) -> dict:
@@ -222,7 +240,9 @@ def _versus_baselines(pooled: Mapping[str, list], methods: Mapping) -> dict:
 
 def _pooled_lines(table: Mapping) -> list[str]:
     """One line per pooled test: each curve against its PI, then against each baseline model."""
-    tests = [(f"{name} vs {test['pi']} (its mean, uniform)", test) for name, test in (table.get("versus_pi") or {}).items()]
+    kind = table.get("layer_type")
+    how = f"its mean, on every {kind} layer" if kind else "its mean, uniform"
+    tests = [(f"{name} vs {test['pi']} ({how})", test) for name, test in (table.get("versus_pi") or {}).items()]
     tests += [(f"{name} vs {other}", test)
               for name, by_other in (table.get("versus_baselines") or {}).items() for other, test in by_other.items()]
     return [f"{label}, all positions: {test['difference'] * 100:+.1f} pts, +{test['gained']}/−{test['lost']}, "
@@ -253,6 +273,8 @@ def format_table(table: Mapping) -> str:
         f"{table.get('task', '')} {table.get('split', '')} split, {table.get('num_samples', '?')} samples per position, "
         f"the same samples for every method. [..]: 95 % Wilson interval. Second line: difference from "
         f"{table['baseline']}, samples gained/lost, exact McNemar p; bold: p < {table['alpha']}."
+        + (f" PI and uniform rows scale only the {table['layer_type']} layers; the others stay at 1."
+           if table.get("layer_type") else "")
     )
     lines.extend(f"\n{line}" for line in _pooled_lines(table))
     return "\n".join(lines)
@@ -345,6 +367,10 @@ def main(argv=None) -> None:
     parser.add_argument("--no-pi", action="store_true", help="leave out each curve's PI (its mean as a uniform scale)")
     parser.add_argument("--pi", action="append", default=None, metavar="NAME",
                         help="give only these curves a PI row (repeatable; default: every curve)")
+    parser.add_argument("--layer-type", default=None,
+                        help="PI and --uniform rows scale only the layers of this attention type (the model config's "
+                             "layer_types, e.g. full_attention for Gemma-3's global layers) and keep the others at 1, "
+                             "as a search with the same --layer-type did; PI is the curve's mean over those layers")
     parser.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
     parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
@@ -380,7 +406,8 @@ def main(argv=None) -> None:
             raise ValueError("two --scales have the same name; give them NAME=FILE")
         uniform = [float(v) for v in args.uniform.split(",") if v.strip()]
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
-        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform)
+        held = held_layers_of(args.pretrained, args.layer_type)
+        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held)
         baselines = dict(parse_baseline(text) for text in args.baseline)
         if len(baselines) != len(args.baseline) or set(baselines) & set(methods):
             raise ValueError("two rows have the same name; name each --baseline NAME=MODEL[:ARGS]")
@@ -421,10 +448,22 @@ def main(argv=None) -> None:
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
+    if args.layer_type:
+        scored["layer_type"] = args.layer_type  # what the PI and uniform rows moved
     table = paired_table(scored)
     files = write_comparison(table, scored, args.output)
     print(format_plain(table))
     print(f"written: {files['md']}, {files['json']}, {files['png']}")
+
+
+def held_layers_of(pretrained: str | None, layer_type: str | None) -> tuple[int, ...]:
+    """The layers ``--layer-type`` keeps at 1 in the PI and uniform rows, from the model's config
+    (no weights); none without it. A type the model lacks is a ValueError naming its types."""
+    if not layer_type:
+        return ()
+    from lpes_harness.analysis.layer_types import layers_not_of, model_layer_types
+
+    return layers_not_of(model_layer_types(pretrained), layer_type)
 
 
 def run_dtype(requested: str | None, recorded) -> str:

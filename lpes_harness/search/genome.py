@@ -144,7 +144,7 @@ class GenomeSpec:
         return [1.0 if layer in self.held_layers else s for layer, s in enumerate(scales)]
 
     def uniform(self, value: float) -> list[float]:
-        """One scale on every layer the search moves (the sweep's and the held-out table's uniform rows)."""
+        """One scale on every layer the search moves (the sweep's uniform points)."""
         return [1.0 if layer in self.held_layers else float(value) for layer in range(self.num_layers)]
 
     def to_dict(self) -> dict:

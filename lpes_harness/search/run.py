@@ -223,13 +223,8 @@ def evaluate_heldout(lm, args, fitness, spec: GenomeSpec, scales, sweep, output:
     from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
 
     uniform = sweep is not None and sweep["best"] != 1.0 and "uniform" in args.heldout_extra
-    methods = lpes_methods(scales, [sweep["best"]] if uniform else [])
-    # PI and the uniform row move the layers the search moved, as the sweep did: the curve's
-    # mean there, not over --layer-type's held layers (whose 1s say nothing about the curve).
-    moved = [s for layer, s in enumerate(scales) if layer not in spec.held_layers]
-    methods["PI"] = spec.uniform(sum(moved) / len(moved))
-    if uniform:
-        methods[f"uniform {sweep['best']:g}"] = spec.uniform(sweep["best"])
+    # PI and the uniform row move the layers the search moved (--layer-type holds the others at 1).
+    methods = lpes_methods(scales, [sweep["best"]] if uniform else [], spec.held_layers)
     if "pi" not in args.heldout_extra:
         del methods["PI"]
     print(f"held-out: {', '.join(methods)} on {args.heldout_samples} samples per position "
@@ -242,6 +237,8 @@ def evaluate_heldout(lm, args, fitness, spec: GenomeSpec, scales, sweep, output:
     with paired.sample_bar(total, disable=args.no_progress or None) as progress:
         scored = score_methods(lm, args.task, methods, num_samples=args.heldout_samples, metadata=args.metadata,
                                chat_template=fitness.chat_template, cache=cache, progress=progress)
+    if args.layer_type:
+        scored["layer_type"] = args.layer_type  # the table's notes say which layers PI moved
     table = paired_table(scored)
     files = write_comparison(table, scored, output)
     print(format_plain(table))

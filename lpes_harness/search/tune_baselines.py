@@ -28,7 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
-from lpes_harness.analysis.paired import CACHE_FILE, cache_identity, run_dtype, sample_bar, score_methods
+from lpes_harness.analysis.paired import (
+    CACHE_FILE, cache_identity, held_layers_of, lpes_methods, run_dtype, sample_bar, score_methods,
+)
 from lpes_harness.analysis.score_cache import ScoreCache
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, ROLES, combine, task_roles
 
@@ -178,11 +180,13 @@ def ranked(candidates: Sequence[Mapping]) -> list[Mapping]:
 # ----------------------------------------------------------------------------- scoring
 
 
-def score_uniform(lm, values: Sequence[float], score, progress) -> tuple[dict, list[dict]]:
-    """Vanilla and each uniform scale, all through the loaded lpes_hf, in one pass over the samples."""
+def score_uniform(lm, values: Sequence[float], score, progress, held_layers: Sequence[int] = ()) -> tuple[dict, list[dict]]:
+    """Vanilla and each uniform scale, all through the loaded lpes_hf, in one pass over the samples.
+    ``held_layers`` (``--layer-type``'s other layers) stay at 1, as in the search's sweep."""
     n = len(lm.scales)
     labels = {f"uniform {v:g}": v for v in values}
-    scored = score(lm, {"vanilla": [1.0] * n, **{label: [v] * n for label, v in labels.items()}}, progress=progress)
+    rows = {name: row for name, row in lpes_methods([1.0] * n, values, held_layers).items() if name.startswith("uniform ")}
+    scored = score(lm, {"vanilla": [1.0] * n, **rows}, progress=progress)
     candidates = [{"index": i, "args": f"{v:g}", "scores": scored["scores"][label]}
                   for i, (label, v) in enumerate(labels.items())]
     return scored["scores"]["vanilla"], candidates
@@ -252,6 +256,9 @@ def format_markdown(result: Mapping) -> str:
     roles = "; ".join(f"{r} {'+'.join(map(str, p))} %" for r, p in result["roles"].items())
     lines += ["", f"fitness = {weights}, each role's samples pooled ({roles}): the search's weighted objective. "
                   f"Every position of the task is scored; only the roles' count."]
+    if result.get("layer_type"):
+        lines += ["", f"Each scale is on the {result['layer_type']} layers only; layers "
+                      f"{', '.join(map(str, result['held_layers']))} stay at 1."]
     for c in result["candidates"]:
         if "refused" in c:
             lines.append(f"\nskipped `{c['args']}`: {c['refused']}")
@@ -286,7 +293,8 @@ def summarise(candidates: list[dict], vanilla: Mapping, roles, settings: Mapping
     result["reference"]["name"] = "vanilla"
     result["best"] = best_spec(result)
     flag = "--uniform" if settings["mode"] == "uniform" else "--baseline"
-    result["use"] = f'python -m lpes_harness.analysis.paired --scales SCALES {flag} "{result["best"]}" --output DIR'
+    layers = f" --layer-type {settings['layer_type']}" if settings.get("layer_type") else ""
+    result["use"] = f'python -m lpes_harness.analysis.paired --scales SCALES {flag} "{result["best"]}"{layers} --output DIR'
     result["budget"] = {"candidates": len(candidates), "candidates_scored": len(best),
                         "forwards": sum(c["forwards"] for c in best),
                         "reference_forwards": result["reference"]["forwards"], "scored_now": scored_now,
@@ -307,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixed", default="", help="arguments every candidate shares, 'k=v,k=v' (e.g. head_mapping=rank)")
     p.add_argument("--uniform", default=None,
                    help="tune PI instead: uniform scales on the loaded lpes_hf, e.g. 0.6,0.7,0.8,0.9,1.1")
+    p.add_argument("--layer-type", default=None,
+                   help="with --uniform: scale only the layers of this attention type (e.g. full_attention, "
+                        "Gemma-3's global layers), the others at 1, as the search's --layer-type does")
     p.add_argument("--name", default=None, help="the row name (default: NAME of --baseline; PI for --uniform)")
     p.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     p.add_argument("--metadata", default="{}", help="task options as JSON (as in the search)")
@@ -337,14 +348,18 @@ def check_args(args) -> dict:
     if args.uniform is not None:
         if args.grid or args.fixed:
             raise ValueError("--uniform tunes PI alone: leave out --grid and --fixed")
+        held = held_layers_of(args.pretrained, args.layer_type)  # a type the model lacks: named before it loads
         try:
             values = list(dict.fromkeys(float(v) for v in args.uniform.split(",") if v.strip()))
         except ValueError:
             raise ValueError(f"--uniform {args.uniform!r}: give numbers separated by ','") from None
         if not values or any(not math.isfinite(v) or v <= 0 for v in values):
             raise ValueError(f"--uniform {args.uniform!r}: give one or more finite scales > 0")
+        layers = {"layer_type": args.layer_type, "held_layers": list(held)} if args.layer_type else {}
         return {**settings, "mode": "uniform", "name": args.name or "PI", "model": "lpes_hf", "values": values,
-                "roles_map": roles}
+                **layers, "roles_map": roles}
+    if args.layer_type:
+        raise ValueError("--layer-type goes with --uniform (PI); a baseline model's layers are its own arguments")
     if args.grid is None:
         raise ValueError("--baseline needs --grid (JSON: argument -> list of values)")
     name, baseline = parse_baseline(args.baseline)
@@ -395,7 +410,7 @@ def main(argv=None) -> None:
     try:
         with sample_bar((count + 1) * per_candidate) as progress:
             if plan["mode"] == "uniform":
-                vanilla, candidates = score_uniform(lm, plan["values"], score, progress)
+                vanilla, candidates = score_uniform(lm, plan["values"], score, progress, plan.get("held_layers", ()))
             else:
                 vanilla, candidates = score_baseline(lm, plan["model"], plan["arg_strings"], score, progress,
                                                      guarded_loader(args.pretrained, dtype), per_candidate)
