@@ -74,7 +74,7 @@ def save_results(results: dict, path: str) -> None:
 
 def paired_task_table(task: str, per_sample: dict[str, dict[int, list[float]]], num_samples) -> dict:
     """Intervals and paired tests against the first method (vanilla) on the same samples."""
-    from lpes_harness.analysis.paired import paired_table
+    from lpes_harness.analysis.paired_table import paired_table
 
     return paired_table({"task": task, "split": "heldout", "num_samples": num_samples, "scores": per_sample})
 
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_samples:
         metadata["num_samples"] = args.num_samples
 
-    from lpes_harness.analysis.paired import format_table, plot_table, scores_from_lm_eval
+    from lpes_harness.analysis.paired import scores_from_lm_eval
+    from lpes_harness.analysis.paired_table import format_table, plot_table
 
     scores: dict[str, dict[str, dict[int, float]]] = {task: {} for task in tasks}
     per_sample: dict[str, dict[str, dict[int, list[float]]]] = {task: {} for task in tasks}

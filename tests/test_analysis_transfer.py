@@ -26,7 +26,7 @@ def test_the_condition_becomes_a_paired_command_line(tmp_path):
 
 def heldout(vanilla, lpes):
     """A hand-made heldout.json: per-sample scores of two methods at two positions."""
-    from lpes_harness.analysis.paired import paired_table
+    from lpes_harness.analysis.paired_table import paired_table
 
     scored = {"task": "needle", "split": "heldout", "num_samples": 4, "mode": "generate", "chat_template": False,
               "metadata": {}, "methods": {"vanilla": [1.0], "LPES a": [1.5]},

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from lpes_harness.analysis.paired import format_plain, format_table, paired_table
+from lpes_harness.analysis.paired_table import format_plain, format_table, paired_table
 from lpes_harness.analysis.stats import compare_paired, mcnemar_exact, wilson_interval
 
 

@@ -220,7 +220,8 @@ def evaluate_heldout(lm, args, fitness, spec: GenomeSpec, scales, sweep, output:
     """The best curve and vanilla on held-out samples, paired; with --heldout-extra's rows: the curve's
     PI and the sweep's best uniform scale (both by default)."""
     from lpes_harness.analysis import paired
-    from lpes_harness.analysis.paired import format_plain, lpes_methods, paired_table, score_methods, write_comparison
+    from lpes_harness.analysis.paired import lpes_methods, score_methods
+    from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 
     uniform = sweep is not None and sweep["best"] != 1.0 and "uniform" in args.heldout_extra
     # PI and the uniform row move the layers the search moved (--layer-type holds the others at 1).
