@@ -3,6 +3,13 @@
     lm_eval --model lpes_hf --model_args "scales=1.2" --tasks kv_retrieval
     lm_eval --model lpes_hf --model_args "scales=results/smollm2/scales.json" ...
     lm_eval --model lpes_hf --model_args "control_points=0:1.5;10:1.2;20:1.8;29:1.4,curve=bezier" ...
+    lm_eval --model lpes_hf --model_args "pretrained=gemma3-270m,scales=run/scales.json,pi=true,layer_type=full_attention" ...
+
+``pi=true`` replaces the scales by their mean, on every layer: the paper's Position Interpolation
+baseline built from a set of LPES scales (alone, it averages the scales the model was saved with).
+``layer_type=T`` scales only the layers of that attention type (the config's ``layer_types``),
+the others stay at 1: with ``pi=true`` the mean is taken over those layers and put on them, the PI
+of a curve searched with ``--layer-type T``. Checks and messages: :mod:`lpes_harness.scales_args`.
 
 Every HFLM argument works too. ``pretrained`` defaults to the bundled SmolLM2 GGUF,
 and ``device`` to CUDA when present, else CPU.
@@ -16,25 +23,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
+from lpes_harness.analysis.layer_types import config_layer_types
 from lpes_harness.models import hflm_model_args
 from lpes_harness.scales_args import parse_scales_args
-
-
-def resolve_layer_scales(
-    num_layers: int,
-    scales: Any = None,
-    control_points: Any = None,
-    curve: str | None = None,
-    pi: bool = False,
-    saved: list[float] | None = None,
-) -> list[float] | None:
-    """Turn the user's ``scales`` / ``control_points`` into one validated scale per layer.
-
-    ``pi=True`` replaces them by their mean, used uniformly: the paper's Position
-    Interpolation baseline built from a set of LPES scales (alone, it averages ``saved``,
-    the scales a model was saved with). Checks and messages: :mod:`lpes_harness.scales_args`.
-    """
-    return parse_scales_args(scales, control_points, curve, pi).layer_scales(num_layers, saved)
 
 
 @register_model("lpes_hf")
@@ -48,20 +39,22 @@ class LPESLM(HFLM):
         control_points: Any = None,
         curve: str | None = None,
         pi: bool = False,
+        layer_type: str | None = None,
         gguf_file: str | None = None,
         device: str | None = None,
         **kwargs,
     ) -> None:
         # Check everything that needs no model before the (slow) model load; a scales file is
         # read here, once. The same checks run from lm_eval's command line (_startup.py).
-        args = parse_scales_args(scales, control_points, curve, pi)
+        args = parse_scales_args(scales, control_points, curve, pi, layer_type)
         model_args = hflm_model_args(pretrained, gguf_file, device)
         self.lpes_source = {"pretrained": model_args["pretrained"] if isinstance(model_args["pretrained"], str) else None,
                             "gguf_file": model_args["gguf_file"], "revision": kwargs.get("revision")}
         super().__init__(**model_args, **kwargs)
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         saved = rope.saved_scales(self.model.config)
-        layer_scales = args.layer_scales(n_layers, saved)
+        layer_types = config_layer_types(self.model.config) if args.layer_type else None
+        layer_scales = args.layer_scales(n_layers, saved, layer_types)
         if layer_scales is None:
             # Scales saved with the model (save_pretrained), else identity: both let a
             # search change them in place later with set_scales.

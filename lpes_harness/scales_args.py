@@ -1,4 +1,5 @@
-"""What a user gives ``lpes_hf`` for its scales: ``scales``, ``control_points``, ``curve``, ``pi``.
+"""What a user gives ``lpes_hf`` for its scales: ``scales``, ``control_points``, ``curve``, ``pi``,
+``layer_type``.
 
 Shared by ``lpes_hf`` (:mod:`lpes_harness.lm`) and the start-up hook, which runs these checks from
 lm-eval's command line before any model loads: so nothing here imports torch or transformers.
@@ -18,7 +19,7 @@ from lpes_harness.arg_values import number_list, parse_bool, shown
 from lpes_harness.scales_file import SAVED_SCALES_KEY, ScalesError, ScalesFileError, model_layer_info, read_scales_file
 
 SCALES_FORMS = "a number > 0 (uniform), numbers > 0 separated by ';' (one per layer), or a path to a JSON scales file"
-SCALES_ARGS = ("scales", "control_points", "curve", "pi")
+SCALES_ARGS = ("scales", "control_points", "curve", "pi", "layer_type")
 
 
 def parse_scales(value: Any) -> float | list[float]:
@@ -86,12 +87,16 @@ class ScalesArgs:
     control_points: list[tuple[float, float]] | None = None
     curve: str = "bezier"
     pi: bool = False
+    layer_type: str | None = None
     given: dict = field(default_factory=dict)  # argument -> how the user wrote it, for messages
 
-    def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None) -> list[float] | None:
+    def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None,
+                     layer_types: Sequence[str] | None = None) -> list[float] | None:
         """One scale per layer for a model of ``num_layers`` layers, or None (nothing given).
 
         ``saved``: scales kept in the model's config, which ``pi=true`` alone averages.
+        ``layer_types``: the model's attention type per layer, which ``layer_type`` needs; the
+        check before the model loads has none and checks the rest.
         """
         from lpes_harness import curves
 
@@ -111,13 +116,24 @@ class ScalesArgs:
             )
         else:
             return None
+        kept = range(num_layers)
+        if self.layer_type and layer_types is not None:
+            # A curve searched with --layer-type T moved only T's layers (Gemma-3's global ones:
+            # its sliding-window layers break under any scale). Its PI is then the mean over those
+            # layers, put on those layers, and a uniform scale goes only there too.
+            kept = [i for i, kind in enumerate(layer_types) if kind == self.layer_type]
+            if not kept:
+                raise ScalesError(f"{self.given['layer_type']}: this model's layers are of type(s) "
+                                  f"{', '.join(dict.fromkeys(layer_types))}")
         if self.pi:
-            values = [sum(values) / len(values)] * num_layers
-        return values
+            mean = sum(values[i] for i in kept) / len(kept)
+            values = [mean] * num_layers
+        return [values[i] if i in kept else 1.0 for i in range(num_layers)]
 
 
-def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False) -> ScalesArgs:
-    """Check lpes_hf's ``scales`` / ``control_points`` / ``curve`` / ``pi`` before the model loads.
+def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False,
+                      layer_type: Any = None) -> ScalesArgs:
+    """Check lpes_hf's ``scales`` / ``control_points`` / ``curve`` / ``pi`` / ``layer_type`` before the model loads.
 
     Everything but the layer count: :meth:`ScalesArgs.layer_scales` checks that once known.
     """
@@ -154,6 +170,15 @@ def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any
             result.control_points = curves.validate_control_points(points, None)
         except ValueError as err:
             raise ScalesError(f"{given['control_points']}: {err}") from None
+    if layer_type is not None:
+        given["layer_type"] = f"layer_type={shown(layer_type)}"
+        if not isinstance(layer_type, str) or not layer_type.strip():
+            raise ScalesError(f"{given['layer_type']} is not an attention type; give one the model's config names "
+                              "in layer_types, e.g. full_attention")
+        if scales is None and control_points is None and not parsed_pi:
+            raise ScalesError(f"{given['layer_type']} restricts scales=..., control_points=... or pi=true to "
+                              "that type's layers, and none is given")
+        result.layer_type = layer_type.strip()
     return result
 
 

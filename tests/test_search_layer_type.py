@@ -137,3 +137,25 @@ def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp
                "--layer-type", "global", *common, "--output", str(tmp_path / "bad")])
     assert bad.returncode == 2 and "--layer-type 'global'" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_lpes_hf_layer_type_scales_one_type_and_its_pi_averages_over_it(gemma_checkpoint, tmp_path):
+    """`layer_type=full_attention` through lm-eval's model args: a curve's PI row as a user runs it
+    with plain lm_eval, the mean of the global layers on the global layers, the sliding ones at 1."""
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.scales_file import write_scales_file
+
+    curve = tmp_path / "curve.json"
+    write_scales_file(curve, [1.0, 3.0, 1.0, 2.0])
+    common = dict(pretrained=gemma_checkpoint, device="cpu", dtype="float32")
+    pi = LPESLM(**common, scales=str(curve), pi=True, layer_type="full_attention")
+    assert pi.scales == pytest.approx([1.0, 2.5, 1.0, 2.5])
+    assert LPESLM(**common, scales=str(curve), pi=True).scales == pytest.approx([1.75] * 4)  # the paper's PI
+    assert LPESLM(**common, scales=2.0, layer_type="full_attention").scales == pytest.approx([1.0, 2.0, 1.0, 2.0])
+    kept = LPESLM(**common, scales="1.5;3;1.5;2", layer_type="full_attention")  # a curve kept on one type
+    assert kept.scales == pytest.approx([1.0, 3.0, 1.0, 2.0])
+    from lpes_harness.scales_file import ScalesError
+
+    with pytest.raises(ScalesError, match="layer_type='global': this model's layers are of type.s. "
+                                          "sliding_attention, full_attention"):
+        LPESLM(**common, scales=2.0, layer_type="global")
