@@ -19,7 +19,11 @@ Written into ``--out``:
 - ``position_<task>.png``: accuracy by gold position, one line per method;
 - ``scales.png``: each method's layer scales (from ``config.lpes_scales`` in its results, the
   search's best individual, or ``--scales NAME=FILE``);
-- ``search.png``: best and mean fitness and smoothness by generation (``--history``).
+- ``search.png``: best and mean fitness and smoothness by generation (``--history``);
+- with ``--keep-samples``, what a committed record needs to be re-checked without the run's
+  output folder: each method's results file(s) as ``results_<method>[_<n>].json``, and
+  ``per_sample.json`` (method -> subtask -> doc_id -> metrics, doc hash and answer; the prompts,
+  which the tasks regenerate, left out).
 
 Reading the results is :mod:`lpes_harness.analysis.results_files`, the tables are
 :mod:`lpes_harness.analysis.report_tables`; this module writes the report and is the command line.
@@ -67,6 +71,7 @@ def write_report(
     history: str | os.PathLike | None = None,
     scales: Sequence[str] = (),
     title: str = "LPES report",
+    keep_samples: bool = False,
 ) -> Path:
     """Build ``report.md`` and the PNGs in ``out``; returns the report's path."""
     out = Path(out)
@@ -74,7 +79,10 @@ def write_report(
     methods = load_methods(sources)
     records = read_history(history) if history is not None else None
     extra_curves = [read_scales_argument(text) for text in scales]
+    kept = kept_samples(methods) if keep_samples else None
     out.mkdir(parents=True, exist_ok=True)
+    if kept is not None:
+        write_kept_samples(methods, kept, out)
     sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
 
     groups = position_groups(methods)
@@ -119,6 +127,33 @@ def write_report(
     return report
 
 
+def kept_samples(methods) -> dict:
+    """method -> subtask -> doc_id -> record, from every samples file next to its results files."""
+    from lpes_harness.analysis.logged_samples import sample_records
+    from lpes_harness.analysis.results_files import read_results
+
+    kept = {}
+    for method in methods:
+        records = kept.setdefault(method.name, {})
+        for file in method.files:
+            records.update(sample_records(file, read_results(file)["results"]))
+    return kept
+
+
+def write_kept_samples(methods, kept: dict, out: Path) -> None:
+    import re
+
+    from lpes_harness.analysis.results_files import read_results
+    from lpes_harness.files import atomic_write_json
+
+    for method in methods:
+        stem = re.sub(r"[^\w.-]+", "_", method.name)  # a method name may hold spaces or slashes
+        for index, file in enumerate(method.files):
+            suffix = f"_{index}" if len(method.files) > 1 else ""
+            atomic_write_json(out / f"results_{stem}{suffix}.json", read_results(file), indent=2)
+    atomic_write_json(out / "per_sample.json", kept, indent=1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lpes-report", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", help="[METHOD=]PATH: an lm-eval results JSON file or a folder of them")
@@ -126,9 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--history", default=None, help="a search's history.jsonl: fitness and smoothness by generation")
     parser.add_argument("--scales", action="append", default=[], help="NAME=FILE: another scales curve to plot (repeatable)")
     parser.add_argument("--title", default="LPES report")
+    parser.add_argument("--keep-samples", action="store_true",
+                        help="also copy each method's results file(s) and write per_sample.json (metrics, doc hash "
+                             "and answer per logged sample) into --out, for a record that outlives the run's folder")
     args = parser.parse_args(argv)
     try:
-        path = write_report(args.results, args.out, args.history, args.scales, args.title)
+        path = write_report(args.results, args.out, args.history, args.scales, args.title, args.keep_samples)
     except (ReportError, OSError, ValueError) as err:  # ValueError: a malformed scales file
         parser.error(str(err))
     print(f"wrote {path}")

@@ -198,3 +198,26 @@ def test_population_statistics_come_from_generations_jsonl_when_present(tmp_path
     rows = population_stats(tmp_path / "generations.jsonl")
     assert [r["best_fitness"] for r in rows] == [0.5, 0.5]
     assert [r["best_fitness"] for r in history_by_generation(read_history(history))] == [0.5, 0.2]
+
+
+def test_keep_samples_writes_a_record_that_outlives_the_run_folder(tmp_path):
+    """--keep-samples: the results files and each logged sample's score, doc hash and answer, so a
+    committed report can be re-paired without the lm_eval output folders it was made from."""
+    _logged_run(tmp_path / "lpes", "2026-01-01T00-00-00.1", {0: [1, 0, 1]})
+    _logged_run(tmp_path / "vanilla", "2026-01-02T00-00-00.2", {0: [0, 0, 1]})
+    sample = tmp_path / "lpes" / "samples_multi_needle_pos0_2026-01-01T00-00-00.1.jsonl"
+    rows = [json.loads(line) for line in sample.read_text().splitlines()]
+    for row in rows:
+        row.update(metrics=["acc"], doc_hash=f"h{row['doc_id']}", filtered_resps=[f" {row['doc_id']}7."], arguments="long prompt")
+    sample.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    out = tmp_path / "out"
+    assert report.main([f"lpes={tmp_path / 'lpes'}", f"vanilla {tmp_path.name}={tmp_path / 'vanilla'}",
+                        "--out", str(out), "--keep-samples"]) == 0
+    kept = json.loads((out / "per_sample.json").read_text())
+    assert list(kept["lpes"]["multi_needle_pos0"]) == ["0", "1", "2"]  # by doc_id, whatever order lm-eval wrote
+    assert kept["lpes"]["multi_needle_pos0"]["1"] == {"acc": 0.0, "doc_hash": "h1", "answer": " 17."}
+    assert "long prompt" not in (out / "per_sample.json").read_text()
+    assert json.loads((out / f"results_vanilla_{tmp_path.name}.json").read_text())["results"]["multi_needle_pos0"]["acc,none"] == 1 / 3
+    assert (out / "results_lpes.json").is_file() and (out / "report.md").is_file()
+    report.write_report([f"lpes={tmp_path / 'lpes'}"], tmp_path / "plain")
+    assert not (tmp_path / "plain" / "per_sample.json").exists() and not (tmp_path / "plain" / "results_lpes.json").exists()

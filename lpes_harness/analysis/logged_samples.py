@@ -50,3 +50,27 @@ def logged_scores(results_file: Path, metrics: Mapping[str, str]) -> dict[str, d
         if path is not None:
             found[task] = read_scores(path, metric)
     return found
+
+
+def sample_records(results_file: Path, tasks) -> dict[str, dict[str, dict]]:
+    """task -> doc_id -> what a committed record keeps of each logged sample: its metrics, the
+    document's hash and the answer (a generation's filtered text). The prompt and the document are
+    left out: they are most of the bytes, and the task regenerates them from its metadata."""
+    found = {}
+    for task in tasks:
+        path = samples_file(results_file, task)
+        if path is None:
+            continue
+        records = {}
+        for line in path.read_text(encoding="utf-8").split("\n"):  # see read_scores on splitlines()
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            record = {metric: row[metric] for metric in row.get("metrics") or () if metric in row}
+            record["doc_hash"] = row.get("doc_hash")
+            answers = row.get("filtered_resps") or []
+            if answers and isinstance(answers[0], str):
+                record["answer"] = answers[0]
+            records[str(row["doc_id"])] = record
+        found[task] = dict(sorted(records.items(), key=lambda item: int(item[0])))
+    return found

@@ -58,6 +58,7 @@ class Method:
         self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
         self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
         self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
+        self.files: list[Path] = []  # the results files read, in order
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
@@ -79,6 +80,7 @@ class Method:
             if isinstance(count, int) and count > 0:
                 self.counts[task] = count
         if file is not None:
+            self.files.append(file)
             metrics = {t: m[0] for t in data["results"] if POSITION_SUBTASK.match(t) and (m := main_metric(self, t))}
             # Multiple-choice subjects too (a group has no samples file, so only subjects are read):
             # "within a point of vanilla" needs a paired interval over the same questions.
