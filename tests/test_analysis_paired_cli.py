@@ -274,3 +274,16 @@ def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
     assert run_dtype(None, {"dtype": "float16"}) == "float16" and run_dtype(None, [1.0]) == "float32"
     with pytest.raises(ValueError, match="not one of"):
         run_dtype("fp8", {})
+
+
+def test_the_sample_bar_still_reports_into_a_log_file(capsys):
+    """tqdm's default goes silent when stderr is not a terminal; a run sent to a log file (nohup,
+    setsid) would then print nothing for an hour. The bar reports there, and --no-progress silences it."""
+    from lpes_harness.analysis.paired import sample_bar
+
+    with sample_bar(3) as progress:
+        progress("LPES", 50, 3)
+    assert "3/3" in capsys.readouterr().err
+    with sample_bar(3, disable=True) as progress:
+        progress("LPES", 50, 3)
+    assert capsys.readouterr().err == ""

@@ -89,10 +89,16 @@ def cache_identity(task: str, metadata, chat_template: str, pretrained: str | No
 @contextlib.contextmanager
 def sample_bar(total: int, disable: bool | None = None):
     """A tqdm bar over scored samples; yields the ``progress`` callback of :func:`score_methods`."""
+    import sys
+
     from tqdm.auto import tqdm
 
+    # tqdm's own default (disable=None) goes silent when stderr is not a terminal, and a long run
+    # sent to a log file then says nothing for an hour: there it writes a line a minute instead.
+    logged = disable is None and not sys.stderr.isatty()
     # Cached samples count at once; the low smoothing lets the rate settle on the scored ones.
-    bar = tqdm(total=total, desc="scoring", unit="sample", smoothing=0.05, disable=disable)
+    bar = tqdm(total=total, desc="scoring", unit="sample", smoothing=0.05, disable=False if logged else disable,
+               mininterval=60 if logged else 0.1)
 
     def progress(name, percent, count):
         bar.set_postfix_str(f"{name} @ {percent} %", refresh=False)
