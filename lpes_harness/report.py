@@ -38,6 +38,7 @@ from pathlib import Path
 
 from lpes_harness import plots
 from lpes_harness.analysis.report_tables import (
+    baseline_method,
     covered_tasks,
     leval_section,
     multiple_choice_section,
@@ -72,6 +73,7 @@ def write_report(
     scales: Sequence[str] = (),
     title: str = "LPES report",
     keep_samples: bool = False,
+    baseline: str | None = None,
 ) -> Path:
     """Build ``report.md`` and the PNGs in ``out``; returns the report's path."""
     out = Path(out)
@@ -79,6 +81,8 @@ def write_report(
     methods = load_methods(sources)
     records = read_history(history) if history is not None else None
     extra_curves = [read_scales_argument(text) for text in scales]
+    if baseline is not None:
+        baseline_method(methods, baseline)  # a name no method has stops here, before anything is written
     kept = kept_samples(methods) if keep_samples else None
     out.mkdir(parents=True, exist_ok=True)
     if kept is not None:
@@ -89,14 +93,14 @@ def write_report(
     if groups:
         sections.append("## Position bias\n")
         for group, percents in groups.items():
-            sections.append(position_section(methods, group, percents))
+            sections.append(position_section(methods, group, percents, baseline))
             series = {m.name: [(p, v[1]) for p in percents if (v := main_metric(m, f"{group}_pos{p}")) is not None]
                       for m in methods}
             plots.plot_positions(series, group, out / f"position_{group}.png")
 
-    general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU, 5-shot"),
-                           multiple_choice_section(methods, "mmlu_continuation_local", "MMLU continuation, 0-shot"),
-                           multiple_choice_section(methods, "ceval_local", "C-Eval, 5-shot")) if s]
+    general = [s for s in (multiple_choice_section(methods, "mmlu_local", "MMLU, 5-shot", baseline),
+                           multiple_choice_section(methods, "mmlu_continuation_local", "MMLU continuation, 0-shot", baseline),
+                           multiple_choice_section(methods, "ceval_local", "C-Eval, 5-shot", baseline)) if s]
     if general:
         sections += ["## General ability\n", *general]
     long_context = [s for s in (leval_section(methods), zeroscrolls_section(methods)) if s]
@@ -161,12 +165,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--history", default=None, help="a search's history.jsonl: fitness and smoothness by generation")
     parser.add_argument("--scales", action="append", default=[], help="NAME=FILE: another scales curve to plot (repeatable)")
     parser.add_argument("--title", default="LPES report")
+    parser.add_argument("--baseline", default=None, metavar="METHOD",
+                        help="the method every other is tested against (default: vanilla if given, else the first), "
+                             "e.g. a PI or tuned-baseline row to test a curve against it on the same samples")
     parser.add_argument("--keep-samples", action="store_true",
                         help="also copy each method's results file(s) and write per_sample.json (metrics, doc hash "
                              "and answer per logged sample) into --out, for a record that outlives the run's folder")
     args = parser.parse_args(argv)
     try:
-        path = write_report(args.results, args.out, args.history, args.scales, args.title, args.keep_samples)
+        path = write_report(args.results, args.out, args.history, args.scales, args.title, args.keep_samples, args.baseline)
     except (ReportError, OSError, ValueError) as err:  # ValueError: a malformed scales file
         parser.error(str(err))
     print(f"wrote {path}")

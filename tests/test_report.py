@@ -221,3 +221,21 @@ def test_keep_samples_writes_a_record_that_outlives_the_run_folder(tmp_path):
     assert (out / "results_lpes.json").is_file() and (out / "report.md").is_file()
     report.write_report([f"lpes={tmp_path / 'lpes'}"], tmp_path / "plain")
     assert not (tmp_path / "plain" / "per_sample.json").exists() and not (tmp_path / "plain" / "results_lpes.json").exists()
+
+
+def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):
+    """--baseline: a curve against its PI (or a tuned baseline) on the same samples, not only against vanilla."""
+    from lpes_harness.analysis.stats import format_p, mcnemar_exact
+
+    _logged_run(tmp_path / "lpes", "2026-01-01T00-00-00.1", {0: [1] * 10})
+    _logged_run(tmp_path / "pi", "2026-01-02T00-00-00.2", {0: [0] * 8 + [1] * 2})
+    _logged_run(tmp_path / "vanilla", "2026-01-03T00-00-00.3", {0: [0] * 5 + [1] * 5})
+    sources = [f"{name}={tmp_path / name}" for name in ("lpes", "pi", "vanilla")]
+    text = report.write_report(sources, tmp_path / "out", baseline="pi").read_text()
+    assert f"+80.0, +8/−0, p={format_p(mcnemar_exact(8, 0))}" in _row(text, "lpes")
+    assert "+30.0, +3/−0" in _row(text, "vanilla") and "difference from `pi`" in text
+    assert f"+50.0, +5/−0, p={format_p(mcnemar_exact(5, 0))}" in _row(
+        report.write_report(sources, tmp_path / "default").read_text(), "lpes")  # vanilla by default
+    with pytest.raises(SystemExit):
+        report.main([*sources, "--out", str(tmp_path / "bad"), "--baseline", "PI"])
+    assert not (tmp_path / "bad").exists()

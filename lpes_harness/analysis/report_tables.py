@@ -1,7 +1,7 @@
 """The report's tables, rendered as markdown from the methods' results (:mod:`.results_files`).
 
 Methods are rows, values in percent. Position tasks get a 95 % Wilson interval per cell and,
-where both runs logged samples, the difference from the baseline method (``vanilla`` if given,
+where both runs logged samples, the difference from the baseline method (``--baseline``, else ``vanilla`` if given,
 else the first) with an exact McNemar p on the same samples: only a significant difference is
 bold. The other tables (MMLU / C-Eval by category, L-Eval, ZeroSCROLLS, any other task) test
 nothing, so nothing there is bold. The suites' task lists come from :mod:`lpes_harness.tasks.suites`.
@@ -20,6 +20,7 @@ from lpes_harness.analysis.results_files import (
     main_metric,
     suite_tasks,
 )
+from lpes_harness.analysis.search_history import ReportError
 from lpes_harness.analysis.stats import compare_paired, format_p, wilson_interval
 from lpes_harness.tasks.suites import leval, zeroscrolls
 
@@ -56,8 +57,14 @@ def position_groups(methods: Sequence[Method]) -> dict[str, list[int]]:
     return {group: sorted(percents) for group, percents in sorted(groups.items())}
 
 
-def baseline_method(methods: Sequence[Method]) -> Method:
-    """The method every other is tested against: ``vanilla`` if given, else the first."""
+def baseline_method(methods: Sequence[Method], name: str | None = None) -> Method:
+    """The method every other is tested against: ``name`` (``lpes-report --baseline``), else
+    ``vanilla`` if given, else the first."""
+    if name is not None:
+        found = next((m for m in methods if m.name == name), None)
+        if found is None:
+            raise ReportError(f"--baseline {name!r} is not among the methods {', '.join(m.name for m in methods)}")
+        return found
     return next((m for m in methods if m.name == BASELINE), methods[0])
 
 
@@ -83,9 +90,9 @@ def _tested_cell(text: str, mine: Mapping, base: Mapping) -> str | None:
     return f"**{cell}**" if test["p"] < ALPHA else cell
 
 
-def position_section(methods: Sequence[Method], group: str, percents: Sequence[int]) -> str:
+def position_section(methods: Sequence[Method], group: str, percents: Sequence[int], baseline: str | None = None) -> str:
     """Accuracy [95 % interval] by gold position; with logged samples, a paired test against the baseline."""
-    baseline = baseline_method(methods)
+    baseline = baseline_method(methods, baseline)
     tasks = [f"{group}_pos{p}" for p in percents]
     header = ["method", *[f"{p}%" for p in percents], "avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -133,7 +140,7 @@ def _average_cell(method: Method, baseline: Method, tasks: Sequence[str], values
     return text
 
 
-def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -> str | None:
+def multiple_choice_section(methods: Sequence[Method], suite: str, title: str, baseline: str | None = None) -> str | None:
     if not any(suite in m.scores or any(t.startswith(f"{suite}_") for t in m.scores) for m in methods):
         return None
     header = ["method", title, *[c.replace("_", " ") for c in CATEGORIES]]
@@ -141,12 +148,12 @@ def multiple_choice_section(methods: Sequence[Method], suite: str, title: str) -
     for method in methods:
         tasks = [suite, *[f"{suite}_{c}" for c in CATEGORIES]]
         rows.append((method.name, [method.get(t, "acc") for t in tasks]))
-    return f"### {title} (acc, %)\n\n" + markdown_table(header, rows) + "\n" + multiple_choice_tests(methods, suite)
+    return f"### {title} (acc, %)\n\n" + markdown_table(header, rows) + "\n" + multiple_choice_tests(methods, suite, baseline)
 
 
-def multiple_choice_tests(methods: Sequence[Method], suite: str) -> str:
+def multiple_choice_tests(methods: Sequence[Method], suite: str, baseline: str | None = None) -> str:
     """Each method against the baseline on the questions both answered, pooled over subjects (``--log_samples``)."""
-    baseline = baseline_method(methods)
+    baseline = baseline_method(methods, baseline)
     mine = {m.name: {(t, k): v for t, doc in m.samples.items() if t.startswith(f"{suite}_") for k, v in doc.items()}
             for m in methods}
     lines = []
