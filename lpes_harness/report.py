@@ -56,6 +56,7 @@ from lpes_harness.analysis.search_history import (
     population_stats,
     read_history,
 )
+from lpes_harness.files import atomic_write_json
 from lpes_harness.named_path import require_named_path
 
 
@@ -83,10 +84,10 @@ def write_report(
     extra_curves = [read_scales_argument(text) for text in scales]
     if baseline is not None:
         baseline_method(methods, baseline)  # a name no method has stops here, before anything is written
-    kept = kept_samples(methods) if keep_samples else None
+    kept = kept_record(methods) if keep_samples else {}
     out.mkdir(parents=True, exist_ok=True)
-    if kept is not None:
-        write_kept_samples(methods, kept, out)
+    for name, content in kept.items():
+        atomic_write_json(out / name, content, indent=1 if name == "per_sample.json" else 2)
     sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
 
     groups = position_groups(methods)
@@ -131,31 +132,23 @@ def write_report(
     return report
 
 
-def kept_samples(methods) -> dict:
-    """method -> subtask -> doc_id -> record, from every samples file next to its results files."""
+def kept_record(methods) -> dict[str, dict]:
+    """``--keep-samples``: file name in ``--out`` -> content. Each method's results file(s), and
+    ``per_sample.json`` (method -> subtask -> doc_id -> record) from the samples files beside them;
+    each results file is read once, and all before anything is written."""
+    import re
+
     from lpes_harness.analysis.logged_samples import sample_records
     from lpes_harness.analysis.results_files import read_results
 
-    kept = {}
-    for method in methods:
-        records = kept.setdefault(method.name, {})
-        for file in method.files:
-            records.update(sample_records(file, read_results(file)["results"]))
-    return kept
-
-
-def write_kept_samples(methods, kept: dict, out: Path) -> None:
-    import re
-
-    from lpes_harness.analysis.results_files import read_results
-    from lpes_harness.files import atomic_write_json
-
+    files, per_sample = {}, {}
     for method in methods:
         stem = re.sub(r"[^\w.-]+", "_", method.name)  # a method name may hold spaces or slashes
         for index, file in enumerate(method.files):
-            suffix = f"_{index}" if len(method.files) > 1 else ""
-            atomic_write_json(out / f"results_{stem}{suffix}.json", read_results(file), indent=2)
-    atomic_write_json(out / "per_sample.json", kept, indent=1)
+            data = read_results(file)
+            files[f"results_{stem}{f'_{index}' if len(method.files) > 1 else ''}.json"] = data
+            per_sample.setdefault(method.name, {}).update(sample_records(file, data["results"]))
+    return {**files, "per_sample.json": per_sample}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

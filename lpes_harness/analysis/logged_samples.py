@@ -24,18 +24,24 @@ def samples_file(results_file: Path, task: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def read_scores(path: Path, metric: str) -> dict[int, float]:
-    """``doc_id`` -> the sample's ``metric`` from one samples file."""
-    scores: dict[int, float] = {}
+def logged_rows(path: Path):
+    """(line number, sample) for each logged sample of one samples file; a line that is not JSON
+    is a ValueError naming the file and line."""
     # Split on "\n" only: str.splitlines() also splits on U+2028 / U+0085, which JSON leaves
     # unescaped inside strings (MMLU questions have them), cutting a sample in two.
     for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+
+
+def read_scores(path: Path, metric: str) -> dict[int, float]:
+    """``doc_id`` -> the sample's ``metric`` from one samples file."""
+    scores: dict[int, float] = {}
+    for number, row in logged_rows(path):
         if metric not in row or "doc_id" not in row:
             raise ValueError(f"{path}:{number}: a logged sample needs 'doc_id' and {metric!r}, got {sorted(row)[:8]}")
         scores[int(row["doc_id"])] = float(row[metric])
@@ -62,10 +68,7 @@ def sample_records(results_file: Path, tasks) -> dict[str, dict[str, dict]]:
         if path is None:
             continue
         records = {}
-        for line in path.read_text(encoding="utf-8").split("\n"):  # see read_scores on splitlines()
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        for _, row in logged_rows(path):
             record = {metric: row[metric] for metric in row.get("metrics") or () if metric in row}
             record["doc_hash"] = row.get("doc_hash")
             answers = row.get("filtered_resps") or []

@@ -8,7 +8,6 @@ without scoring anything again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -160,7 +159,3 @@ def write_comparison(table: Mapping, scored: Mapping, directory: str | Path, ste
     (directory / f"{stem}.md").write_text(format_table(table) + "\n", encoding="utf-8")
     plot_table(table, directory / f"{stem}.png")
     return {"json": directory / f"{stem}.json", "md": directory / f"{stem}.md", "png": directory / f"{stem}.png"}
-
-
-def load_comparison(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
