@@ -12,24 +12,29 @@ the others stay at 1: with ``pi=true`` the mean is taken over those layers and p
 of a curve searched with ``--layer-type T``. Checks and messages: :mod:`lpes_harness.scales_args`.
 
 Every HFLM argument works too. ``pretrained`` defaults to the bundled SmolLM2 GGUF,
-and ``device`` to CUDA when present, else CPU.
+and ``device`` to CUDA when present, else CPU. ``loglikelihood`` (MMLU, C-Eval) gives HFLM's
+pairs but runs the output layer only at the answer tokens: with Gemma-3's 262k vocabulary the
+full-vocabulary logits at every prompt position cost more than the decoder.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
 from lpes_harness.analysis.layer_types import config_layer_types
+from lpes_harness.lmeval.answer_logits import output_layer
+from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 from lpes_harness.models import hflm_model_args
 from lpes_harness.scales_args import parse_scales_args
 
 
 @register_model("lpes_hf")
-class LPESLM(HFLM):
+class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
     """HFLM whose decoder layers each see positions divided by their own scale."""
 
     def __init__(
@@ -60,6 +65,12 @@ class LPESLM(HFLM):
             # search change them in place later with set_scales.
             layer_scales = saved or [1.0] * n_layers
         rope.install(self.model, layer_scales)
+
+    def answer_logits(self, input_ids, rows, columns):
+        """``loglikelihood``'s logits ``(n, V)`` at positions ``(rows, columns)`` of the batch only."""
+        with torch.no_grad():
+            hidden = self.model.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state
+            return output_layer(self.model, hidden[rows, columns])
 
     # -- used by the search: change scales on the loaded model, never reload ------------
     def set_scales(self, scales) -> None:

@@ -136,19 +136,23 @@ def kept_record(methods) -> dict[str, dict]:
     """``--keep-samples``: file name in ``--out`` -> content. Each method's results file(s), and
     ``per_sample.json`` (method -> subtask -> doc_id -> record) from the samples files beside them;
     each results file is read once, and all before anything is written."""
-    import re
-
-    from lpes_harness.analysis.logged_samples import sample_records
+    from lpes_harness.analysis.logged_samples import KEPT_SAMPLES, kept_stem, sample_records
     from lpes_harness.analysis.results_files import read_results
 
+    stems = {}
+    for method in methods:
+        other = stems.setdefault(kept_stem(method.name), method.name)
+        if other != method.name:  # one would overwrite the other's results file
+            raise ReportError(f"--keep-samples: methods {other!r} and {method.name!r} would both be kept as "
+                              f"results_{kept_stem(method.name)}.json; rename one")
     files, per_sample = {}, {}
     for method in methods:
-        stem = re.sub(r"[^\w.-]+", "_", method.name)  # a method name may hold spaces or slashes
+        stem = kept_stem(method.name)
         for index, file in enumerate(method.files):
             data = read_results(file)
             files[f"results_{stem}{f'_{index}' if len(method.files) > 1 else ''}.json"] = data
             per_sample.setdefault(method.name, {}).update(sample_records(file, data["results"]))
-    return {**files, "per_sample.json": per_sample}
+    return {**files, KEPT_SAMPLES: per_sample}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

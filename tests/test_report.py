@@ -81,14 +81,14 @@ def _logged_run(folder, date, correct_by_percent):
         task = f"multi_needle_pos{percent}"
         results[task] = {"acc,none": sum(correct) / len(correct), "acc_stderr,none": "N/A"}
         counts[task] = {"original": len(correct), "effective": len(correct)}
-        lines = [json.dumps({"doc_id": i, "acc": float(c), "filter": "none"}) for i, c in enumerate(correct)]
+        lines = [json.dumps({"doc_id": i, "acc": float(c), "metrics": ["acc"], "filter": "none"}) for i, c in enumerate(correct)]
         # lm-eval writes samples in any order: pairing is by doc_id
         (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(reversed(lines)) + "\n")
     (folder / f"results_{date}.json").write_text(json.dumps({"results": results, "n-samples": counts}))
 
 
 def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_samples(tmp_path):
-    from lpes_harness.analysis.stats import format_p, mcnemar_exact, wilson_interval
+    from lpes_harness.analysis.stats import format_p, mcnemar_exact, paired_difference_interval, wilson_interval
 
     # 40 samples per position. At 50 %: 18 gained, 2 lost (significant); at 0 %: 3 gained, 1 lost.
     vanilla_50 = [0] * 20 + [1] * 20
@@ -104,11 +104,19 @@ def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_sample
     assert _row(text, "vanilla").startswith(f"| vanilla | 90.0 [{100 * wilson_interval(36, 40)[0]:.1f}, ")
     assert f"| 50.0 [{100 * low:.1f}, {100 * high:.1f}] |" in _row(text, "vanilla")
     cells = _row(text, "lpes").split(" | ")
-    assert cells[1] == f"95.0 [{100 * wilson_interval(38, 40)[0]:.1f}, {100 * wilson_interval(38, 40)[1]:.1f}]<br>+5.0, +3/−1, p={format_p(mcnemar_exact(3, 1))}"
-    assert cells[2].startswith("**90.0 [") and cells[2].endswith(f"+40.0, +18/−2, p={format_p(mcnemar_exact(18, 2))}**")
+
+    def difference(gained, lost, n):  # the paired difference's 95 % interval, as the cell prints it
+        low, high = (100 * v for v in paired_difference_interval(gained, lost, n))
+        return f"[{'+' if low >= 0 else '−'}{abs(low):.1f}, {'+' if high >= 0 else '−'}{abs(high):.1f}]"
+
+    assert cells[1] == (f"95.0 [{100 * wilson_interval(38, 40)[0]:.1f}, {100 * wilson_interval(38, 40)[1]:.1f}]"
+                        f"<br>+5.0 {difference(3, 1, 40)}, +3/−1, p={format_p(mcnemar_exact(3, 1))}")
+    assert difference(3, 1, 40).startswith("[−")  # 2 net of 40 is not a sure gain: the interval crosses 0
+    assert cells[2].startswith("**90.0 [") and cells[2].endswith(
+        f"+40.0 {difference(18, 2, 40)}, +18/−2, p={format_p(mcnemar_exact(18, 2))}**")
     # the average pools both positions' 80 samples: 21 gained, 3 lost
-    assert cells[3].startswith("**92.5 [") and f"+22.5, +21/−3, p={format_p(mcnemar_exact(21, 3))}**" in cells[3]
-    assert "on the same samples" in text and "bold: p < 0.05" in text
+    assert cells[3].startswith("**92.5 [") and f"+22.5 {difference(21, 3, 80)}, +21/−3, p={format_p(mcnemar_exact(21, 3))}**" in cells[3]
+    assert "on the same samples" in text and "bold: p < 0.05" in text and "with its 95 % interval" in text
 
 
 def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
@@ -221,6 +229,34 @@ def test_keep_samples_writes_a_record_that_outlives_the_run_folder(tmp_path):
     assert (out / "results_lpes.json").is_file() and (out / "report.md").is_file()
     report.write_report([f"lpes={tmp_path / 'lpes'}"], tmp_path / "plain")
     assert not (tmp_path / "plain" / "per_sample.json").exists() and not (tmp_path / "plain" / "results_lpes.json").exists()
+
+
+def test_a_kept_record_is_paired_as_its_run_folders_were_and_takes_a_new_row(tmp_path):
+    """The committed record stands in for the lm_eval folders it was made from: the same tests,
+    and a row run later is paired with the kept ones and kept beside them."""
+    _logged_run(tmp_path / "lpes", "2026-01-01T00-00-00.1", {0: [1] * 9 + [0], 50: [1] * 6 + [0] * 4})
+    _logged_run(tmp_path / "vanilla", "2026-01-02T00-00-00.2", {0: [1] * 5 + [0] * 5, 50: [0] * 10})
+    _logged_run(tmp_path / "late", "2026-01-03T00-00-00.3", {0: [0] * 10, 50: [1] * 10})
+    kept = tmp_path / "kept"
+    assert report.main([f"LPES seed 1={tmp_path / 'lpes'}", f"vanilla={tmp_path / 'vanilla'}", "--out", str(kept), "--keep-samples"]) == 0
+    original = (kept / "report.md").read_text()
+    again = report.write_report([f"LPES seed 1={kept / 'results_LPES_seed_1.json'}", f"vanilla={kept / 'results_vanilla.json'}"],
+                                tmp_path / "again").read_text()
+    assert _row(again, "LPES seed 1") == _row(original, "LPES seed 1") and "+4/−0" in _row(again, "LPES seed 1")
+    # a new row against the kept ones, re-kept into the same folder: nothing of the old rows is lost
+    assert report.main([f"LPES seed 1={kept / 'results_LPES_seed_1.json'}", f"vanilla={kept / 'results_vanilla.json'}",
+                        f"late={tmp_path / 'late'}", "--out", str(kept), "--keep-samples"]) == 0
+    record = json.loads((kept / "per_sample.json").read_text())
+    assert sorted(record) == ["LPES seed 1", "late", "vanilla"] and record["vanilla"]["multi_needle_pos0"]["4"]["acc"] == 1.0
+    assert "+10/−5" in _row((kept / "report.md").read_text(), "late")  # 10 gained at 50 %, 5 lost at 0 %: pooled
+    assert _row((kept / "report.md").read_text(), "LPES seed 1") == _row(original, "LPES seed 1")
+
+
+def test_keep_samples_refuses_two_methods_that_would_share_a_file(tmp_path):
+    _logged_run(tmp_path / "a", "2026-01-01T00-00-00.1", {0: [1, 0]})
+    with pytest.raises(SystemExit):
+        report.main([f"a b={tmp_path / 'a'}", f"a_b={tmp_path / 'a'}", "--out", str(tmp_path / "out"), "--keep-samples"])
+    assert not (tmp_path / "out").exists()
 
 
 def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):

@@ -85,9 +85,15 @@ def _tested_cell(text: str, mine: Mapping, base: Mapping) -> str | None:
         test = compare_paired([mine[k] for k in common], [base[k] for k in common])
     except ValueError:  # a score that is not 0/1: no McNemar
         return None
-    sign = "+" if test["difference"] >= 0 else "−"
-    cell = f"{text}<br>{sign}{abs(test['difference']) * 100:.1f}, +{test['gained']}/−{test['lost']}, p={format_p(test['p'])}"
+    low, high = test["difference_interval"]
+    cell = (f"{text}<br>{_points(test['difference'])} [{_points(low)}, {_points(high)}], "
+            f"+{test['gained']}/−{test['lost']}, p={format_p(test['p'])}")
     return f"**{cell}**" if test["p"] < ALPHA else cell
+
+
+def _points(fraction: float) -> str:
+    # a signed difference in points, with a true minus sign as in the rest of the tables
+    return f"{'+' if fraction >= 0 else '−'}{abs(fraction) * 100:.1f}"
 
 
 def position_section(methods: Sequence[Method], group: str, percents: Sequence[int], baseline: str | None = None) -> str:
@@ -113,8 +119,9 @@ def position_section(methods: Sequence[Method], group: str, percents: Sequence[i
         cells.append(_average_cell(method, baseline, tasks, values))
         lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
     if tested:
-        note = (f"[..]: 95 % Wilson interval. Second line: difference from `{baseline.name}` in points, samples "
-                f"gained/lost and exact McNemar p, on the same samples (lm-eval's `--log_samples` files); "
+        note = (f"[..]: 95 % Wilson interval. Second line: difference from `{baseline.name}` in points with its "
+                f"95 % interval (paired, Wald), samples gained/lost and exact McNemar p, on the same samples "
+                f"(lm-eval's `--log_samples` files, or a kept record's `per_sample.json`); "
                 f"bold: p < {ALPHA}. The average pools every position's samples.")
     else:
         note = ("[..]: 95 % Wilson interval. No per-sample logs were found next to the results (run `lm_eval` "
