@@ -64,3 +64,12 @@ def test_only_the_answer_positions_reach_the_output_layer(checkpoint):
     answer_tokens = sum(len(lm.tok_encode(answer)) for _, answer in REQUESTS)
     # at most a token more per answer: lm-eval moves a context's trailing space into the answer
     assert answer_tokens <= sum(rows) <= answer_tokens + len(REQUESTS)
+
+
+def test_a_progress_bar_counts_the_requests_as_hflms_does(checkpoint, capsys):
+    lm = LPESLM(pretrained=checkpoint, device="cpu", batch_size=4)
+    lm.loglikelihood(instances(REQUESTS), disable_tqdm=False)
+    err = capsys.readouterr().err
+    assert "Running loglikelihood requests: 100%" in err and f"{len(REQUESTS)}/{len(REQUESTS)}" in err
+    lm.loglikelihood(instances(REQUESTS), disable_tqdm=True)
+    assert "Running loglikelihood" not in capsys.readouterr().err

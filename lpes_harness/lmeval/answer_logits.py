@@ -98,7 +98,7 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
 
 
 def score_token_pairs(lm, encoded: Sequence[tuple[list[int], list[int]]], batch_size: int | str,
-                      logits_at) -> list[AnswerScore]:
+                      logits_at, done=None) -> list[AnswerScore]:
     """lm-eval's ``loglikelihood`` on tokenised ``(context, answer)`` pairs, with logits only at the answers.
 
     Each pair is the row lm-eval feeds, ``(context + answer)[-(max_length + 1):][:-1]``, whose
@@ -108,7 +108,8 @@ def score_token_pairs(lm, encoded: Sequence[tuple[list[int], list[int]]], batch_
     ``logits_at(input_ids, rows, columns)`` runs the model and returns the logits ``(n, V)``
     at those ``n`` positions only. Unlike :func:`score_answers`, no prompt is shared between
     pairs, so a model whose forward is not the plain decoder (Attention Buckets' K copies)
-    only has to supply ``logits_at``.
+    only has to supply ``logits_at``. ``done()``, if given, is called once per pair scored (a
+    progress bar).
     """
     rows = []
     for context, answer in encoded:
@@ -124,6 +125,8 @@ def score_token_pairs(lm, encoded: Sequence[tuple[list[int], list[int]]], batch_
     size = resolve_batch_size(lm, batch_size)
     for index, result in _in_batches(lm, order, size, score_batch, auto=batch_size == "auto"):
         results[index] = result
+        if done is not None:
+            done()
     return results
 
 

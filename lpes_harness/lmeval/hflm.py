@@ -69,9 +69,13 @@ class AnswerLogitsLoglikelihoodMixin:
 
         if getattr(self, "enable_thinking", False):
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)  # HFLM refuses it, by name
+        from tqdm import tqdm
+
         pairs = [tuple(request.args) for request in requests]
         encoded = [loglikelihood_tokens(self, context, continuation) for context, continuation in pairs]
-        scores = score_token_pairs(self, encoded, self.batch_size, self.answer_logits)
+        # HFLM's bar, under HFLM's name: a long MMLU run shows its progress as it did before
+        with tqdm(total=len(pairs), desc="Running loglikelihood requests", disable=disable_tqdm or self.rank != 0) as bar:
+            scores = score_token_pairs(self, encoded, self.batch_size, self.answer_logits, done=bar.update)
         results = [(score.logprob, score.is_greedy) for score in scores]
         for pair, result in zip(pairs, results):
             self.cache_hook.add_partial("loglikelihood", pair, result)
