@@ -4,32 +4,17 @@ all K copies at every position, merged, ``HFLM.loglikelihood``), on tiny Llama a
 
 import pytest
 import torch
-from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
+from loglikelihood_cases import REQUESTS, instances, output_layer_positions
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.baselines import buckets
 from lpes_harness.baselines.buckets import BucketsLM
 
-# Different lengths (a batch is right-padded), several answers of one prompt, an answer of one
-# token, and an empty context (lm-eval conditions on the prefix token).
-REQUESTS = [
-    ("The quick brown", " fox jumps"),
-    ("Lost in the middle of a long text, the key 7 holds", " 42"),
-    ("Lost in the middle of a long text, the key 7 holds", " 4"),
-    ("abc", "def!"),
-    ("A much longer prompt than the others, so that padding shows: the value of key 9 is", " 9"),
-    ("", "hello"),
-]
-
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def checkpoint(request, tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp(f"tiny_{request.param}"), request.param)
-
-
-def instances(pairs):
-    return [Instance("loglikelihood", {}, pair, index) for index, pair in enumerate(pairs)]
 
 
 def with_greedy_answer(lm, context: str, tokens: int = 3) -> tuple[str, str]:
@@ -71,12 +56,5 @@ def test_one_base_equal_to_theta_is_vanilla(checkpoint):
 
 def test_only_the_answer_positions_of_every_copy_reach_the_output_layer(checkpoint):
     lm = BucketsLM(pretrained=checkpoint, device="cpu", batch_size=4)
-    rows = []
-    handle = lm.model.get_output_embeddings().register_forward_hook(
-        lambda module, args, output: rows.append(args[0].shape[:-1].numel()))
-    try:
-        lm.loglikelihood(instances(REQUESTS), disable_tqdm=True)
-    finally:
-        handle.remove()
-    answer_tokens = sum(len(lm._encode_pair(c, a)[1]) if c else len(lm.tok_encode(a)) for c, a in REQUESTS)
-    assert sum(rows) == len(buckets.get_state(lm.model).relative_bases) * answer_tokens
+    positions, answer_tokens = output_layer_positions(lm)
+    assert positions == len(buckets.get_state(lm.model).relative_bases) * answer_tokens

@@ -4,31 +4,16 @@ Qwen2 and Mistral."""
 
 import pytest
 import torch
-from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
+from loglikelihood_cases import REQUESTS, instances, output_layer_positions
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.lm import LPESLM
-
-# Different lengths (a batch is right-padded), two answers of one prompt, a one-token answer,
-# and an empty context (lm-eval conditions on the prefix token).
-REQUESTS = [
-    ("The quick brown", " fox jumps"),
-    ("Lost in the middle of a long text, the key 7 holds", " 42"),
-    ("Lost in the middle of a long text, the key 7 holds", " 4"),
-    ("abc", "def!"),
-    ("A much longer prompt than the others, so that padding shows: the value of key 9 is", " 9"),
-    ("", "hello"),
-]
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "mistral"])
 def checkpoint(request, tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp(f"tiny_{request.param}"), request.param)
-
-
-def instances(pairs):
-    return [Instance("loglikelihood", {}, pair, index) for index, pair in enumerate(pairs)]
 
 
 def greedy_pair(lm, context: str, tokens: int = 3) -> tuple[str, str]:
@@ -53,17 +38,8 @@ def test_answer_logits_path_equals_hflms_with_scales(checkpoint, batch_size):
 
 
 def test_only_the_answer_positions_reach_the_output_layer(checkpoint):
-    lm = LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4)
-    rows = []
-    handle = lm.model.get_output_embeddings().register_forward_hook(
-        lambda module, args, output: rows.append(args[0].shape[:-1].numel()))
-    try:
-        lm.loglikelihood(instances(REQUESTS), disable_tqdm=True)
-    finally:
-        handle.remove()
-    answer_tokens = sum(len(lm.tok_encode(answer)) for _, answer in REQUESTS)
-    # at most a token more per answer: lm-eval moves a context's trailing space into the answer
-    assert answer_tokens <= sum(rows) <= answer_tokens + len(REQUESTS)
+    positions, answer_tokens = output_layer_positions(LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4))
+    assert positions == answer_tokens
 
 
 def test_a_progress_bar_counts_the_requests_as_hflms_does(checkpoint, capsys):
