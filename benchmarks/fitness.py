@@ -7,11 +7,8 @@ search's three gold positions, and ``--genomes`` genomes (the search's starting 
 uniformly random valid genomes on its grid). For each genome, in turn:
 
 - ``generate``      the paper's path: lm-eval ``generate_until`` + the task metric, no racing;
-- ``one-pass``      ``lpes_hf``'s lm-eval ``loglikelihood``: correct iff every gold token is the
-                    argmax; one row per answer (HFLM's full-vocabulary logits at every position
-                    before 060e595, the output layer only at the answers since);
-- ``answer-logits`` the same test with each prompt run once for all its answers and the output
-                    layer only at the answer tokens (the default).
+- ``one-pass``      lm-eval ``loglikelihood``: correct iff every gold token is the argmax;
+- ``answer-logits`` the same test with the output layer only at the answer tokens (the default).
 
 Then a short real search (``GeneticSearch``, default fitness: answer-logits + racing + the
 fitness cache) on the same samples. Reported: seconds per individual and speed-ups over

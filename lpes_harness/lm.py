@@ -12,9 +12,13 @@ the others stay at 1: with ``pi=true`` the mean is taken over those layers and p
 of a curve searched with ``--layer-type T``. Checks and messages: :mod:`lpes_harness.scales_args`.
 
 Every HFLM argument works too. ``pretrained`` defaults to the bundled SmolLM2 GGUF,
-and ``device`` to CUDA when present, else CPU. ``loglikelihood`` (MMLU, C-Eval) gives HFLM's
-pairs but runs the output layer only at the answer tokens: with Gemma-3's 262k vocabulary the
-full-vocabulary logits at every prompt position cost more than the decoder.
+and ``device`` to CUDA when present, else CPU.
+
+``answer_logits=true`` makes ``loglikelihood`` (MMLU, C-Eval) run the output layer only at the
+answer tokens: with Gemma-3's 262k vocabulary the full-vocabulary logits at every prompt position
+cost more than the decoder. The answers are HFLM's to rounding (1e-4 in float32), not bit for bit:
+the output layer's matmul over fewer rows rounds differently, so the default stays HFLM's path,
+on which ``scales=1`` reproduces the plain model exactly.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
 from lpes_harness.analysis.layer_types import config_layer_types
+from lpes_harness.arg_values import parse_bool
 from lpes_harness.lmeval.answer_logits import output_layer
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 from lpes_harness.models import hflm_model_args
@@ -45,6 +50,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         curve: str | None = None,
         pi: bool = False,
         layer_type: str | None = None,
+        answer_logits: Any = False,
         gguf_file: str | None = None,
         device: str | None = None,
         **kwargs,
@@ -52,6 +58,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         # Check everything that needs no model before the (slow) model load; a scales file is
         # read here, once. The same checks run from lm_eval's command line (_startup.py).
         args = parse_scales_args(scales, control_points, curve, pi, layer_type)
+        self.lpes_answer_logits = parse_bool("answer_logits", answer_logits)
         model_args = hflm_model_args(pretrained, gguf_file, device)
         self.lpes_source = {"pretrained": model_args["pretrained"] if isinstance(model_args["pretrained"], str) else None,
                             "gguf_file": model_args["gguf_file"], "revision": kwargs.get("revision")}
@@ -65,6 +72,11 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
             # search change them in place later with set_scales.
             layer_scales = saved or [1.0] * n_layers
         rope.install(self.model, layer_scales)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        if self.lpes_answer_logits:
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)  # the mixin's
+        return HFLM.loglikelihood(self, requests, disable_tqdm=disable_tqdm)
 
     def answer_logits(self, input_ids, rows, columns):
         """``loglikelihood``'s logits ``(n, V)`` at positions ``(rows, columns)`` of the batch only."""

@@ -1,6 +1,6 @@
-"""``lpes_hf``'s ``loglikelihood`` runs the output layer only at the answer tokens and gives what
-HFLM's own path gives (full-vocabulary logits at every position), scales applied, on tiny Llama,
-Qwen2 and Mistral."""
+"""``lpes_hf answer_logits=true``: ``loglikelihood`` runs the output layer only at the answer tokens
+and gives what HFLM's own path gives (full-vocabulary logits at every position), scales applied,
+on tiny Llama, Qwen2 and Mistral; without it, ``loglikelihood`` is HFLM's, bit for bit."""
 
 import pytest
 import torch
@@ -27,7 +27,8 @@ def greedy_pair(lm, context: str, tokens: int = 3) -> tuple[str, str]:
 
 @pytest.mark.parametrize("batch_size", [1, 4])
 def test_answer_logits_path_equals_hflms_with_scales(checkpoint, batch_size):
-    lm = LPESLM(pretrained=checkpoint, scales="1.0;2.5;0.7;1.6", device="cpu", batch_size=batch_size)
+    lm = LPESLM(pretrained=checkpoint, scales="1.0;2.5;0.7;1.6", device="cpu", batch_size=batch_size,
+                answer_logits="true")
     pairs = REQUESTS + [greedy_pair(lm, "Once upon a"), greedy_pair(lm, "xyz", tokens=1)]
     new = lm.loglikelihood(instances(pairs), disable_tqdm=True)
     old = HFLM.loglikelihood(lm, instances(pairs), disable_tqdm=True)  # _model_call: every position, full vocabulary
@@ -38,14 +39,23 @@ def test_answer_logits_path_equals_hflms_with_scales(checkpoint, batch_size):
 
 
 def test_only_the_answer_positions_reach_the_output_layer(checkpoint):
-    positions, answer_tokens = output_layer_positions(LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4))
+    positions, answer_tokens = output_layer_positions(LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4,
+                                                                   answer_logits=True))
     assert positions == answer_tokens
 
 
 def test_a_progress_bar_counts_the_requests_as_hflms_does(checkpoint, capsys):
-    lm = LPESLM(pretrained=checkpoint, device="cpu", batch_size=4)
+    lm = LPESLM(pretrained=checkpoint, device="cpu", batch_size=4, answer_logits=True)
     lm.loglikelihood(instances(REQUESTS), disable_tqdm=False)
     err = capsys.readouterr().err
     assert "Running loglikelihood requests: 100%" in err and f"{len(REQUESTS)}/{len(REQUESTS)}" in err
     lm.loglikelihood(instances(REQUESTS), disable_tqdm=True)
     assert "Running loglikelihood" not in capsys.readouterr().err
+
+
+def test_by_default_loglikelihood_is_hflms_bit_for_bit(checkpoint):
+    lm = LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4)
+    assert lm.loglikelihood(instances(REQUESTS), disable_tqdm=True) == HFLM.loglikelihood(
+        lm, instances(REQUESTS), disable_tqdm=True)
+    with pytest.raises(ValueError, match="answer_logits='maybe' is not allowed"):
+        LPESLM(pretrained=checkpoint, device="cpu", answer_logits="maybe")

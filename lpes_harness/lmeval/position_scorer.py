@@ -22,10 +22,9 @@ Four ways to score a sample (``mode``):
 The one-pass modes have two interchangeable scorers (``scorer``): ``answer-logits``
 (default, :mod:`lpes_harness.lmeval.answer_logits`: each prompt runs once for all its answers,
 the output layer only at the answer positions) and ``lm-eval`` (the model's own lm-eval
-``loglikelihood``, what ``lm_eval --model ...`` runs: one row per answer; for ``lpes_hf`` and
-``buckets_hf`` the output layer only at the answers too, for other models HFLM's full-vocabulary
-logits at every position). They score the same tokens; ``tests/test_search_scoring.py`` checks
-they agree, ``tests/test_lm_loglikelihood.py`` that ``lpes_hf``'s equals HFLM's full-logits path.
+``loglikelihood``, what ``lm_eval --model ...`` runs: one row per answer, for ``lpes_hf`` HFLM's
+full-vocabulary logits at every position). They score the same tokens;
+``tests/test_search_scoring.py`` checks they agree.
 """
 
 from __future__ import annotations

@@ -181,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "scores every sample of every individual")
     fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
                      help="one-pass modes: answer-logits (default; each prompt runs once for all its answers, the output "
-                          "layer only at the answer tokens) or lm-eval (the model's lm-eval loglikelihood, one row "
-                          "per answer; same numbers, slower)")
+                          "layer only at the answer tokens) or lm-eval (lm-eval's loglikelihood, one row per answer, "
+                          "full-vocabulary logits; same numbers, slower)")
     ga = p.add_argument_group("genetic algorithm (defaults: the profile's, see below)")
     ga.add_argument("--population", type=int, default=32)
     ga.add_argument("--parents", type=int, default=12)
