@@ -268,9 +268,9 @@ def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):
     _logged_run(tmp_path / "vanilla", "2026-01-03T00-00-00.3", {0: [0] * 5 + [1] * 5})
     sources = [f"{name}={tmp_path / name}" for name in ("lpes", "pi", "vanilla")]
     text = report.write_report(sources, tmp_path / "out", baseline="pi").read_text()
-    assert f"+80.0, +8/−0, p={format_p(mcnemar_exact(8, 0))}" in _row(text, "lpes")
-    assert "+30.0, +3/−0" in _row(text, "vanilla") and "difference from `pi`" in text
-    assert f"+50.0, +5/−0, p={format_p(mcnemar_exact(5, 0))}" in _row(
+    assert f"+80.0 [+55.2, +100.0], +8/−0, p={format_p(mcnemar_exact(8, 0))}" in _row(text, "lpes")
+    assert "+30.0 [" in _row(text, "vanilla") and "+3/−0" in _row(text, "vanilla") and "difference from `pi`" in text
+    assert f"+50.0 [+19.0, +81.0], +5/−0, p={format_p(mcnemar_exact(5, 0))}" in _row(
         report.write_report(sources, tmp_path / "default").read_text(), "lpes")  # vanilla by default
     with pytest.raises(SystemExit):
         report.main([*sources, "--out", str(tmp_path / "bad"), "--baseline", "PI"])

@@ -47,6 +47,9 @@ def test_paired_difference_interval_matches_hand_computation():
     assert compare_paired([1, 1, 1, 0, 1, 0], [1, 0, 0, 0, 1, 1])["difference_interval"] == pytest.approx(
         paired_difference_interval(2, 1, 6))
     assert paired_difference_interval(0, 0, 50) == (0.0, 0.0)
+    # 8 gained of 10: Wald gives 0.8 +- 0.248, cut at 1 (no difference of accuracies is above it)
+    assert paired_difference_interval(8, 0, 10) == (pytest.approx(0.8 - 1.959964 * math.sqrt(0.16 / 10), rel=1e-5), 1.0)
+    assert paired_difference_interval(0, 8, 10)[0] == -1.0
     with pytest.raises(ValueError):
         paired_difference_interval(0, 0, 0)
 

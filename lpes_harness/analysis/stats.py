@@ -87,13 +87,14 @@ def paired_difference_interval(gained: int, lost: int, n: int, z: float = Z_95) 
     "Within 1 point of vanilla" is a claim about this interval, not about p: a large p on few
     samples says nothing. Only the discordant samples carry variance, ``((g + l)/n - d²)/n``.
     Wald is adequate at the hundreds-to-thousands of samples it is used with here; with no
-    discordant sample at all it has zero width (a Wald artefact: read it with n).
+    discordant sample at all it has zero width (a Wald artefact: read it with n). On few samples
+    it can reach past ±1, which no difference of accuracies can: it is cut there.
     """
     if n < 1:
         raise ValueError("no samples")
     difference = (gained - lost) / n
     half = z * math.sqrt(max((gained + lost) / n - difference**2, 0.0) / n)
-    return difference - half, difference + half
+    return max(difference - half, -1.0), min(difference + half, 1.0)
 
 
 def accuracy_with_interval(values: Sequence[float]) -> dict:
