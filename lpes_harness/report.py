@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lpes_harness import plots
+from lpes_harness.analysis.logged_samples import KEPT_SAMPLES
 from lpes_harness.analysis.report_tables import (
     baseline_method,
     covered_tasks,
@@ -87,7 +88,7 @@ def write_report(
     kept = kept_record(methods) if keep_samples else {}
     out.mkdir(parents=True, exist_ok=True)
     for name, content in kept.items():
-        atomic_write_json(out / name, content, indent=1 if name == "per_sample.json" else 2)
+        atomic_write_json(out / name, content, indent=1 if name == KEPT_SAMPLES else 2)
     sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
 
     groups = position_groups(methods)
@@ -136,7 +137,7 @@ def kept_record(methods) -> dict[str, dict]:
     """``--keep-samples``: file name in ``--out`` -> content. Each method's results file(s), and
     ``per_sample.json`` (method -> subtask -> doc_id -> record) from the samples files beside them;
     each results file is read once, and all before anything is written."""
-    from lpes_harness.analysis.logged_samples import KEPT_SAMPLES, kept_stem, sample_records
+    from lpes_harness.analysis.logged_samples import kept_stem, sample_records
     from lpes_harness.analysis.results_files import read_results
 
     stems = {}
