@@ -1,0 +1,30 @@
+"""benchmarks/lpes_answer_logits.py times lm-eval's own MMLU requests through both lpes_hf paths."""
+
+import json
+
+import pytest
+from conftest import load_benchmark as load
+
+
+def test_refuses_no_questions(capsys):
+    with pytest.raises(SystemExit):
+        load("lpes_answer_logits").parse_args(["--questions", "0"])
+    assert "--questions and --repeats must be at least 1" in capsys.readouterr().err
+
+
+def test_requests_are_the_tasks_own_one_per_choice():
+    requests = load("lpes_answer_logits").mmlu_requests("high_school_physics", 3)
+    assert len(requests) == 12 and sorted({r.doc_id for r in requests}) == [0, 1, 2]
+    assert all(r.request_type == "loglikelihood" and len(r.args) == 2 for r in requests)
+
+
+@pytest.mark.slow
+def test_both_paths_agree_on_the_bundled_model(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert load("lpes_answer_logits").main(["--questions", "2", "--repeats", "1", "--dtype", "float32",
+                                            "--batch-size", "4", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert set(found["median_s"]) == {"full logits", "answer logits"} and found["requests"] == 8
+    assert found["agreement"]["same_choice"] == 2 and found["agreement"]["is_greedy_same"] == 8
+    assert found["agreement"]["max_abs_dlogprob"] < 1e-3
+    assert "answer logits / full logits" in capsys.readouterr().out
