@@ -53,6 +53,19 @@ def test_positions_show_the_same_sample_with_only_the_gold_pair_moved():
         assert others_a == others_b  # the distractors keep their order
 
 
+def test_fewer_pairs_than_positions_warns_which_positions_share_a_place(caplog):
+    # 5 pairs, 6 positions: LitM's index puts 0 % and 20 % both on the first pair, so those two
+    # subtasks hold the same prompts; the user is told, with the count that separates them.
+    docs = kv_docs(20, num_pairs=5, num_samples=2)
+    assert [d["prompt"] for d in docs] == [d["prompt"] for d in kv_docs(0, num_pairs=5, num_samples=2)]
+    assert "with 5 items, gold position 20 % puts the gold item where 0 % does (item 1)" in caplog.text
+    assert "give at least 6 items" in caplog.text
+    caplog.clear()
+    kv_docs(20, num_pairs=6, num_samples=2)
+    kv_docs(40, num_pairs=5, num_samples=2)  # 5 pairs: 40 % is the second pair, alone
+    assert "score the same prompts" not in caplog.text
+
+
 def test_generator_is_seeded():
     assert kv_docs(40, num_samples=4, seed=7) == kv_docs(40, num_samples=4, seed=7)
     assert kv_docs(40, num_samples=4, seed=7)[0]["prompt"] != kv_docs(40, num_samples=4, seed=8)[0]["prompt"]

@@ -316,11 +316,35 @@ def place_gold(example: Example, percent: int) -> tuple[list, int]:
     return items, index
 
 
+def same_place_positions(task: PositionTask, percent: int, num_items: int) -> list[int]:
+    """The task's other gold positions that put the gold item where ``percent`` does, with
+    ``num_items`` items (5 key-value pairs give 0 % and 20 % both the first pair)."""
+    here = gold_index(percent, num_items)
+    return [p for p in task.positions if p != percent and gold_index(p, num_items) == here]
+
+
+def _warn_same_place(task: PositionTask, percent: int, num_items: int) -> None:
+    same = same_place_positions(task, percent, num_items)
+    if same:
+        # A warning, not an error: fewer items than positions is a legitimate small setting, but
+        # those subtasks score identical prompts, and a table that pools them counts them twice.
+        logger.warning(
+            "%s: with %d items, gold position %d %% puts the gold item where %s %% does (item %d): those "
+            "subtasks score the same prompts; give at least %d items for distinct positions",
+            task.name, num_items, percent, " / ".join(map(str, same)), gold_index(percent, num_items) + 1,
+            len(task.positions),
+        )
+
+
 def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> list[dict]:
     """lm-eval docs for one gold position: prompt, answers, target, gold index and the example's fields."""
     docs = []
+    warned: set[int] = set()
     for index, example in build_examples(task, options):
         items, gold_at = place_gold(example, percent)
+        if len(items) not in warned:
+            warned.add(len(items))
+            _warn_same_place(task, percent, len(items))
         for form in example.other_forms:
             if task.metric(form, list(example.answers)) != 1:
                 raise ValueError(f"{task.name}: the answer form {form!r} does not score 1 under the task's metric")
