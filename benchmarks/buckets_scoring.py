@@ -24,13 +24,13 @@ difference in log-probability).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
+
+from side_by_side import parse_flags, timed  # this folder: on sys.path when run as a script
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("full logits", "answer logits", "vanilla")
@@ -48,13 +48,7 @@ FLAGS = (  # flag, type, default, help
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for flag, kind, default, text in FLAGS:
-        parser.add_argument(flag, type=kind, default=default, help=text)
-    args = parser.parse_args(argv)
-    if min(args.samples, args.repeats) < 1:
-        parser.error("--samples and --repeats must be at least 1")
-    return args
+    return parse_flags(__doc__.split("\n\n")[0], FLAGS, argv, positive=("--samples", "--repeats"))
 
 
 def heldout_samples(lm, samples: int) -> list[list[tuple[str, str]]]:
@@ -68,16 +62,6 @@ def heldout_samples(lm, samples: int) -> list[list[tuple[str, str]]]:
         for percent in PERCENTS:
             found.append(scorer.answer_pairs(scorer.tasks[percent], [scorer.docs[percent][index]])[0])
     return found[:samples]
-
-
-def timed(function, device) -> tuple[float, object]:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    result = function()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, result
 
 
 def main(argv=None) -> int:

@@ -20,12 +20,12 @@ largest difference in log-probability).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
 
 import torch
+
+from side_by_side import parse_flags, timed  # this folder: on sys.path when run as a script
 
 METHODS = ("full logits", "answer logits")
 
@@ -44,13 +44,7 @@ FLAGS = (  # flag, type, default, help
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for flag, kind, default, text in FLAGS:
-        parser.add_argument(flag, type=kind, default=default, help=text)
-    args = parser.parse_args(argv)
-    if min(args.questions, args.repeats) < 1:
-        parser.error("--questions and --repeats must be at least 1")
-    return args
+    return parse_flags(__doc__.split("\n\n")[0], FLAGS, argv, positive=("--questions", "--repeats"))
 
 
 def mmlu_requests(subject: str, questions: int) -> list:
@@ -61,16 +55,6 @@ def mmlu_requests(subject: str, questions: int) -> list:
     task = TaskManager().load([name])["tasks"][name]
     task.build_all_requests(limit=questions, rank=0, world_size=1)
     return list(task.instances)
-
-
-def timed(function, device) -> tuple[float, object]:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    result = function()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, result
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,33 @@
+"""What the side-by-side benchmarks share: their flag tables and a timer that waits for the GPU.
+
+Imported by the scripts beside it (``python benchmarks/X.py`` puts this folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+
+def parse_flags(description: str, flags, argv, positive: tuple[str, ...] = ()) -> argparse.Namespace:
+    """``flags``: (flag, type, default, help) rows; each flag named in ``positive`` must be >= 1."""
+    parser = argparse.ArgumentParser(description=description)
+    for flag, kind, default, text in flags:
+        parser.add_argument(flag, type=kind, default=default, help=text)
+    args = parser.parse_args(argv)
+    if positive and min(getattr(args, flag.lstrip("-").replace("-", "_")) for flag in positive) < 1:
+        parser.error(f"{' and '.join(positive)} must be at least 1")
+    return args
+
+
+def timed(function, device) -> tuple[float, object]:
+    """(seconds, result) of ``function()``; on a GPU, its queued work is waited for on both sides."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    result = function()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, result
