@@ -61,19 +61,24 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from lm_eval.models.huggingface import HFLM
+
     from lpes_harness.files import atomic_write_json
     from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 
+    try:  # before the model load: a wrong subject should not cost a minute
+        requests = mmlu_requests(args.subject, args.questions)
+    except KeyError:
+        sys.exit(f"--subject {args.subject!r}: no task mmlu_continuation_local_{args.subject} "
+                 "(the subjects are the task files in tasks/suites/mmlu_continuation_local/)")
     extra = {"scales": args.scales} if args.scales else {}
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=args.batch_size, **extra)
-    requests = mmlu_requests(args.subject, args.questions)
     device = torch.device(lm.device)
 
-    def score(answer_logits: bool):
-        lm.lpes_answer_logits = answer_logits  # the switch `answer_logits=true` sets at load
-        return lm.loglikelihood(requests, disable_tqdm=True)
-
-    run = {"full logits": lambda: score(False), "answer logits": lambda: score(True)}
+    # The two implementations LPESLM.loglikelihood chooses between by `answer_logits`.
+    run = {"full logits": lambda: HFLM.loglikelihood(lm, requests, disable_tqdm=True),
+           "answer logits": lambda: AnswerLogitsLoglikelihoodMixin.loglikelihood(lm, requests, disable_tqdm=True)}
     seconds = {method: [] for method in METHODS}
     results = {}
     for repeat in range(args.repeats):

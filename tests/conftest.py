@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def load_benchmark(name: str):
     """A script of benchmarks/ as a module (the folder is not a package)."""
     import importlib.util
-    import sys
 
     # As `python benchmarks/X.py` does: the scripts import their shared helpers from beside them.
     if str(REPO_ROOT / "benchmarks") not in sys.path:

@@ -18,6 +18,13 @@ def test_requests_are_the_tasks_own_one_per_choice():
     assert all(r.request_type == "loglikelihood" and len(r.args) == 2 for r in requests)
 
 
+def test_an_unknown_subject_is_refused_before_any_model_load(monkeypatch):
+    module = load("lpes_answer_logits")
+    monkeypatch.setattr("lpes_harness.lm.LPESLM", None)  # loading a model would fail loudly here
+    with pytest.raises(SystemExit, match="--subject 'nope': no task mmlu_continuation_local_nope"):
+        module.main(["--subject", "nope"])
+
+
 @pytest.mark.slow
 def test_both_paths_agree_on_the_bundled_model(tmp_path, capsys):
     out = tmp_path / "bench.json"
