@@ -14,6 +14,9 @@ of a curve searched with ``--layer-type T``. Checks and messages: :mod:`lpes_har
 Every HFLM argument works too. ``pretrained`` defaults to the bundled SmolLM2 GGUF,
 and ``device`` to CUDA when present, else CPU.
 
+``scaling=base`` makes each factor multiply the layer's RoPE base instead of dividing its positions
+(:mod:`lpes_harness.rope`); a scales file written by a ``--scaling base`` search says so itself.
+
 ``answer_logits=true`` makes ``loglikelihood`` (MMLU, C-Eval) run the output layer only at the
 answer tokens: with Gemma-3's 262k vocabulary the full-vocabulary logits at every prompt position
 cost more than the decoder. The answers are HFLM's to rounding (1e-4 in float32), not bit for bit:
@@ -50,6 +53,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         curve: str | None = None,
         pi: bool = False,
         layer_type: str | None = None,
+        scaling: str | None = None,
         answer_logits: Any = False,
         gguf_file: str | None = None,
         device: str | None = None,
@@ -57,7 +61,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
     ) -> None:
         # Check everything that needs no model before the (slow) model load; a scales file is
         # read here, once. The same checks run from lm_eval's command line (_startup.py).
-        args = parse_scales_args(scales, control_points, curve, pi, layer_type)
+        args = parse_scales_args(scales, control_points, curve, pi, layer_type, scaling)
         self.lpes_answer_logits = parse_bool("answer_logits", answer_logits)
         model_args = hflm_model_args(pretrained, gguf_file, device)
         self.lpes_source = {"pretrained": model_args["pretrained"] if isinstance(model_args["pretrained"], str) else None,
@@ -71,7 +75,10 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
             # Scales saved with the model (save_pretrained), else identity: both let a
             # search change them in place later with set_scales.
             layer_scales = saved or [1.0] * n_layers
-        rope.install(self.model, layer_scales)
+        # Saved scales keep the scaling they were saved with (pi=true averages them too).
+        from_saved = saved and args.scales is None and args.control_points is None
+        scaling = args.scaling or (rope.saved_scaling(self.model.config) if from_saved else "position")
+        rope.install(self.model, layer_scales, scaling=scaling)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         if self.lpes_answer_logits:
@@ -92,6 +99,11 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
     def scales(self) -> list[float]:
         return rope.get_scales(self.model)
 
+    @property
+    def scaling(self) -> str:
+        """What the scales multiply: "position" (the paper's) or "base"."""
+        return rope.get_scaling(self.model)
+
     def save_pretrained(self, path: str) -> None:
         """Save model + tokenizer; the scales go into config.json and are re-applied on load."""
         self.model.save_pretrained(path)
@@ -100,4 +112,5 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
     def get_model_info(self) -> dict:
         info = super().get_model_info()
         info["lpes_scales"] = self.scales
+        info["lpes_scaling"] = self.scaling
         return info

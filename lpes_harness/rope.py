@@ -31,6 +31,15 @@ choose their frequencies from the sequence length of the call, and that choice m
 from the true positions (the model's own call, which has just made it), not from the
 scaled ones. It also means LPES never changes the rotary module's state.
 
+``scaling="base"`` (not the paper's; see :func:`install`) reads s_h as a factor on the layer's RoPE
+base instead: layer h rotates with base s_h * theta, which leaves RoPE's fastest frequencies as
+they are and slows the slowest by s_h (frequency j times s_h^(-2j/d)), where a position scale
+slows all of them alike. On Gemma-3-270M that is the change that removes its position bias
+(results/tuned_baselines_gemma3/buckets_single_base), and a position scale cannot express it.
+The layer's (cos, sin) are then computed from the model's own ``inv_freq`` raised to the new
+base (:mod:`lpes_harness.baselines.rope_math`, which the baselines that change bases share); so
+it is defined for plain ('default') RoPE only and refused, at :func:`install`, for others.
+
 Scales live in a plain list on the installed state and are read at call time, so
 :func:`set_scales` changes them in place with no re-install; :func:`remove` takes the
 hooks off and leaves the model exactly as it was. Layers with scale 1 are left untouched,
@@ -53,6 +62,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from lpes_harness.baselines import rope_math
+from lpes_harness.scales_file import SCALINGS
 from lpes_harness.rope_anatomy import (
     LPESError,
     RoPEParts,
@@ -68,6 +79,8 @@ from lpes_harness.rope_anatomy import (
 # Key under which the scales are kept in ``model.config`` (and so in config.json
 # after ``save_pretrained``); ``lpes_hf`` re-applies them on load.
 CONFIG_KEY = "lpes_scales"
+# ... and what they scale, when it is not positions.
+CONFIG_SCALING_KEY = "lpes_scaling"
 
 
 @dataclass
@@ -98,6 +111,9 @@ class _LPESState:
     # Per forward: every rotary call so far.
     calls: list[_RotaryCall] = field(default_factory=list)
     divisors: dict = field(default_factory=dict)  # (scales, device) -> the scales as a tensor
+    scaling: str = "position"
+    # scaling "base": per rotary call key, the RoPE it computes and that RoPE's base theta.
+    bases: dict = field(default_factory=dict)
 
     def assign(self, scales: list[float]) -> None:
         self.scales[:] = scales
@@ -186,6 +202,8 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
     one (cos, sin) costs; this matters during cached generation, where each step is tiny
     and one call per layer would show in the latency.
     """
+    if state.scaling == "base":
+        return [_rebased(state, call, factor) for factor in scales]
     plain = state.rotary.plain_split(call.args, call.kwargs)
     if plain is not None:
         bound = None
@@ -213,6 +231,14 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
     # One unbind per tensor: n views at the cost of one call, not n indexing calls.
     cos, sin = cos.reshape(n, -1, *cos.shape[1:]).unbind(0), sin.reshape(n, -1, *sin.shape[1:]).unbind(0)
     return list(zip(cos, sin))
+
+
+def _rebased(state: _LPESState, call: _RotaryCall, factor: float) -> tuple:
+    """``call``'s (cos, sin) with its RoPE's base multiplied by ``factor``, at the true positions."""
+    layer_rope, theta = state.bases[call.key]
+    position_ids = call.kwargs["position_ids"] if "position_ids" in call.kwargs else call.args[1]
+    inv_freq = rope_math.inv_freq_for_base(layer_rope.inv_freq, theta, theta * factor)
+    return rope_math.cos_sin(position_ids, inv_freq, layer_rope.attention_scaling, call.output[0].dtype)
 
 
 def _scaled_position_embeddings(state: _LPESState, call: _RotaryCall, scale: float) -> tuple:
@@ -282,14 +308,22 @@ def check_supported(model: nn.Module) -> RoPEParts:
     return parts
 
 
-def install(model: nn.Module, scales: Sequence[float] | float) -> nn.Module:
+def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "position") -> nn.Module:
     """Make layer h of ``model`` use positions i / scales[h]. Returns the same model.
 
-    Installing on a model that already has LPES just updates the scales. Refuses (with
-    :class:`LPESError`, naming the model type and the reason) models LPES cannot scale
-    correctly; nothing is installed then.
+    ``scaling="base"``: layer h uses RoPE base scales[h] * theta (its own layer type's theta) at
+    the true positions instead; plain ('default') RoPE only.
+
+    Installing on a model that already has LPES just updates the scales (the scaling must be the
+    installed one). Refuses (with :class:`LPESError`, naming the model type and the reason) models
+    LPES cannot scale correctly; nothing is installed then.
     """
+    if scaling not in SCALINGS:
+        raise LPESError(f"scaling={scaling!r} is not one of {', '.join(SCALINGS)}")
     if is_installed(model):
+        if _get_state(model).scaling != scaling:
+            raise LPESError(f"LPES is installed on this model with scaling={_get_state(model).scaling!r}; "
+                            f"remove it (rope.remove) before installing scaling={scaling!r}")
         set_scales(model, scales)
         return model
     parts = find_rope_parts(model)
@@ -297,7 +331,9 @@ def install(model: nn.Module, scales: Sequence[float] | float) -> nn.Module:
     rotary = RotaryFunction(parts.rotary_emb, parts.model_type)
     values = validate_scales(scales, len(parts.layers))
     probe_rotary(parts, rotary, config)
-    state = _LPESState(parts=parts, rotary=rotary, scales=[], nope_layers=nope_layers_in(parts))
+    state = _LPESState(parts=parts, rotary=rotary, scales=[], nope_layers=nope_layers_in(parts), scaling=scaling)
+    if scaling == "base":
+        state.bases = _layer_bases(parts, config)
     _check_nope(state, values)
     state.layer_keys = known_layer_keys(rotary, config, len(parts.layers))
     state.assign(values)
@@ -308,7 +344,22 @@ def install(model: nn.Module, scales: Sequence[float] | float) -> nn.Module:
     state.handles.append(parts.decoder.register_forward_hook(_release_after_forward(state)))
     setattr(model, _STATE_ATTR, state)
     setattr(model.config, CONFIG_KEY, list(state.scales))
+    if scaling != "position":  # absent means position: configs saved before base scaling still load
+        setattr(model.config, CONFIG_SCALING_KEY, scaling)
     return model
+
+
+def _layer_bases(parts: RoPEParts, config) -> dict:
+    """Per rotary call key, the RoPE it computes and its base; refuses what a base factor cannot change."""
+    ropes = rope_math.layer_ropes(parts, config)
+    if ropes is None:
+        raise LPESError(f"model type '{parts.model_type}': its rotary embedding takes arguments other than the "
+                        "positions and a layer type, so scaling='base' cannot tell which RoPE each layer uses")
+    try:
+        return {r.key: (r, rope_math.rope_theta(config, parts.model_type, r.layer_type))
+                for r in rope_math.distinct(ropes)}
+    except LPESError as err:
+        raise LPESError(f"scaling='base': {err}") from None
 
 
 def set_scales(model: nn.Module, scales: Sequence[float] | float) -> None:
@@ -318,6 +369,12 @@ def set_scales(model: nn.Module, scales: Sequence[float] | float) -> None:
     _check_nope(state, values)
     state.assign(values)
     setattr(model.config, CONFIG_KEY, list(state.scales))
+
+
+def get_scaling(model: nn.Module) -> str | None:
+    """What the installed scales multiply ("position" or "base"); None when LPES is not installed."""
+    state = getattr(model, _STATE_ATTR, None)
+    return None if state is None else state.scaling
 
 
 def get_scales(model: nn.Module) -> list[float] | None:
@@ -337,8 +394,9 @@ def remove(model: nn.Module) -> nn.Module:
     for handle in state.handles:
         handle.remove()
     delattr(model, _STATE_ATTR)
-    if hasattr(model.config, CONFIG_KEY):
-        delattr(model.config, CONFIG_KEY)
+    for key in (CONFIG_KEY, CONFIG_SCALING_KEY):
+        if hasattr(model.config, key):
+            delattr(model.config, key)
     return model
 
 
@@ -346,6 +404,11 @@ def saved_scales(config) -> list[float] | None:
     """Scales stored in a model config by :func:`install` (e.g. read back from config.json)."""
     value = getattr(config, CONFIG_KEY, None)
     return None if value is None else [float(v) for v in value]
+
+
+def saved_scaling(config) -> str:
+    """What the scales stored in a model config multiply (read back from config.json)."""
+    return getattr(config, CONFIG_SCALING_KEY, None) or "position"
 
 
 def _get_state(model: nn.Module) -> _LPESState:

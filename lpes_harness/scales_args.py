@@ -1,5 +1,5 @@
 """What a user gives ``lpes_hf`` for its scales: ``scales``, ``control_points``, ``curve``, ``pi``,
-``layer_type``.
+``layer_type``, ``scaling``.
 
 Shared by ``lpes_hf`` (:mod:`lpes_harness.lm`) and the start-up hook, which runs these checks from
 lm-eval's command line before any model loads: so nothing here imports torch or transformers.
@@ -16,10 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lpes_harness.arg_values import number_list, parse_bool, shown
-from lpes_harness.scales_file import SAVED_SCALES_KEY, ScalesError, ScalesFileError, model_layer_info, read_scales_file
+from lpes_harness.scales_file import (
+    SAVED_SCALES_KEY,
+    SCALINGS,
+    ScalesError,
+    ScalesFileError,
+    model_layer_info,
+    read_scales_file,
+    read_scales_file_scaling,
+)
 
 SCALES_FORMS = "a number > 0 (uniform), numbers > 0 separated by ';' (one per layer), or a path to a JSON scales file"
-SCALES_ARGS = ("scales", "control_points", "curve", "pi", "layer_type")
+SCALES_ARGS = ("scales", "control_points", "curve", "pi", "layer_type", "scaling")
 
 
 def parse_scales(value: Any) -> float | list[float]:
@@ -88,6 +96,9 @@ class ScalesArgs:
     curve: str = "bezier"
     pi: bool = False
     layer_type: str | None = None
+    # What the factors multiply; None when neither ``scaling=`` nor a scales file says (then the
+    # model's saved scaling, else positions).
+    scaling: str | None = None
     given: dict = field(default_factory=dict)  # argument -> how the user wrote it, for messages
 
     def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None,
@@ -132,10 +143,12 @@ class ScalesArgs:
 
 
 def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False,
-                      layer_type: Any = None) -> ScalesArgs:
-    """Check lpes_hf's ``scales`` / ``control_points`` / ``curve`` / ``pi`` / ``layer_type`` before the model loads.
+                      layer_type: Any = None, scaling: Any = None) -> ScalesArgs:
+    """Check lpes_hf's ``scales`` / ``control_points`` / ``curve`` / ``pi`` / ``layer_type`` / ``scaling``
+    before the model loads.
 
-    Everything but the layer count: :meth:`ScalesArgs.layer_scales` checks that once known.
+    Everything but the layer count: :meth:`ScalesArgs.layer_scales` checks that once known. A scales
+    file's own ``scaling`` applies when ``scaling=`` is not given; given, it must agree.
     """
     from lpes_harness import curves
 
@@ -158,6 +171,18 @@ def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any
     if scales is not None:
         given["scales"] = f"scales={shown(scales.strip() if isinstance(scales, str) else scales)}"
         result.scales = parse_scales(scales)
+    if scaling is not None:
+        given["scaling"] = f"scaling={shown(scaling)}"
+        if scaling not in SCALINGS:
+            raise ScalesError(f"{given['scaling']} is not understood; accepted: position (the paper's: layer h reads "
+                              "position i as i / s_h) or base (layer h's RoPE base becomes s_h x theta)")
+        result.scaling = scaling
+    if isinstance(scales, str) and isinstance(result.scales, list) and os.path.isfile(scales.strip()):
+        in_file = read_scales_file_scaling(scales.strip())
+        if in_file is not None and result.scaling not in (None, in_file):
+            raise ScalesError(f"{given['scaling']} but {given['scales']} holds factors of scaling {in_file!r}; "
+                              f"drop scaling= (the file's applies) or give scaling={in_file}")
+        result.scaling = result.scaling or in_file
     if control_points is not None:
         given["control_points"] = f"control_points={shown(control_points)}"
         try:

@@ -6,6 +6,7 @@ Format (``"format": "lpes-scales/1"``)::
       "format": "lpes-scales/1",
       "scales": [1.5, 1.48, ...],          # one float per decoder layer (required)
       "num_layers": 30,                    # must equal len(scales) when present
+      "scaling": "base",                   # optional: what they multiply, "position" (default) or "base"
       "curve": "bezier",                   # optional: how the scales were made
       "control_points": [[0, 1.5], ...],   # optional
       "model": "SmolLM2-135M-Instruct",    # optional, informational
@@ -32,6 +33,9 @@ from lpes_harness.files import atomic_write_text
 FORMAT = "lpes-scales/1"
 # rope.CONFIG_KEY: where rope.install keeps the scales in a model's config (rope imports torch).
 SAVED_SCALES_KEY = "lpes_scales"
+# What a layer's factor multiplies (lpes_hf ``scaling=``): "position", the paper's (position i is
+# read as i / s_h), or "base" (the layer's RoPE base becomes s_h * theta). lpes_harness.rope applies them.
+SCALINGS = ("position", "base")
 
 
 class ScalesError(ValueError):
@@ -79,6 +83,16 @@ def read_scales_file(path: str | os.PathLike) -> list[float]:
         if not _is_number(value) or value <= 0:
             raise ScalesFileError(f"{path}: scale {index} is {value!r}; every scale must be a finite number > 0")
     return [float(s) for s in scales]
+
+
+def read_scales_file_scaling(path: str | os.PathLike) -> str | None:
+    """A scales file's ``scaling`` ("position" or "base"); None when it names none (a bare list,
+    or a file from before base scaling: positions). Call after :func:`read_scales_file` accepted it."""
+    data = json.loads(Path(path).read_text())
+    value = data.get("scaling") if isinstance(data, dict) else None
+    if value is not None and value not in SCALINGS:
+        raise ScalesFileError(f"{path}: 'scaling' is {value!r}; accepted: {', '.join(SCALINGS)}")
+    return value
 
 
 def _kind(value) -> str:

@@ -54,7 +54,7 @@ def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
 def test_every_cpu_profile_is_a_valid_search():
     from lpes_harness.search.validate import check_search_args
 
-    for name in ("cpu", "cpu-bf16", "gemma3-cpu"):
+    for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu"):
         args = parse_args(["--device", "cpu", "--profile", name])
         check_search_args(args)
         assert args.population == args.parents + args.mutants + args.crossovers, name
@@ -94,7 +94,7 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
     config.write_text(json.dumps({"profile": "laptop"}))
     with pytest.raises(SystemExit):
         parse_args(["--config", str(config)])
-    assert "profile 'laptop' is not one of auto, paper, cpu, cpu-bf16, gemma3-cpu, gpu" in capsys.readouterr().err
+    assert "profile 'laptop' is not one of auto, paper, cpu, cpu-bf16, gemma3-cpu, gemma3-base-cpu, gpu" in capsys.readouterr().err
 
 
 def test_the_command_lines_device_decides_auto_over_the_config_files(no_native_bf16, tmp_path):
@@ -147,9 +147,12 @@ def test_the_heldout_table_scales_with_the_search_unless_set(tmp_path, native_bf
 def test_auto_on_a_cpu_gives_gemma3_its_own_task_size(native_bf16, name):
     # At multi_needle's default haystack Gemma-3-270M scores 1.00 everywhere: nothing to search for.
     args = parse_args(["--device", "cpu", "--pretrained", name])
-    assert args.profile == "gemma3-cpu"
+    assert args.profile == "gemma3-base-cpu"
     assert args.task == "multi_needle" and args.metadata == {"num_sentences": 240}
     assert args.heldout_samples == 200
+    # Position scales could not remove Gemma's bias; a larger RoPE base did: every layer, base factors.
+    assert args.scaling == "base" and args.layer_type is None and args.sweep == "1,2,4"
+    assert parse_args(["--device", "cpu", "--pretrained", name, "--profile", "gemma3-cpu"]).scaling == "position"
     assert parse_args(["--device", "cpu"]).profile == "cpu-bf16"  # SmolLM2 keeps its own
 
 

@@ -79,11 +79,18 @@ CHUNK = 10  # samples scored between two cache writes: a killed run loses at mos
 CACHE_FILE = "scores.cache.json"
 
 
-def cache_identity(task: str, metadata, chat_template: str, pretrained: str | None, dtype: str) -> dict:
+def cache_identity(task: str, metadata, chat_template: str, pretrained: str | None, dtype: str,
+                   scaling: str = "position") -> dict:
     """What held-out scores depend on, as a :class:`ScoreCache` records it. The search's own
-    held-out table and this command build it alike, so either reuses the other's scores."""
-    return {"task": task, "split": "heldout", "metadata": dict(metadata or {}), "chat_template": chat_template,
-            "mode": "greedy", "pretrained": pretrained, "dtype": dtype}
+    held-out table and this command build it alike, so either reuses the other's scores.
+
+    Scores are keyed by scales, which mean other RoPEs under ``scaling="base"``: such a cache says so
+    (and is refused by a position run); position caches keep their old identity."""
+    identity = {"task": task, "split": "heldout", "metadata": dict(metadata or {}), "chat_template": chat_template,
+                "mode": "greedy", "pretrained": pretrained, "dtype": dtype}
+    if scaling != "position":
+        identity["scaling"] = scaling
+    return identity
 
 
 @contextlib.contextmanager
@@ -251,7 +258,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from lpes_harness.named_path import split_named_path
-    from lpes_harness.scales_file import read_scales_file
+    from lpes_harness.scales_file import read_scales_file, read_scales_file_scaling
 
     try:
         metadata = json.loads(args.metadata)
@@ -260,6 +267,13 @@ def main(argv=None) -> None:
                   for name, path in named}
         if len(curves) != len(named):
             raise ValueError("two --scales have the same name; give them NAME=FILE")
+        # One loaded model scores every row, so every curve must scale the same thing.
+        scalings = {path: read_scales_file_scaling(path) or "position" for _, path in named}
+        if len(set(scalings.values())) > 1:
+            raise ValueError("the --scales files scale different things (" + ", ".join(
+                f"{path}: {kind}" for path, kind in scalings.items()) + "); compare position and base curves "
+                "in two runs, or through lm_eval and lpes-report")
+        scaling = next(iter(scalings.values()))
         uniform = [float(v) for v in args.uniform.split(",") if v.strip()]
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         held = held_layers_of(args.pretrained, args.layer_type)
@@ -279,7 +293,7 @@ def main(argv=None) -> None:
     except ValueError as err:
         parser.error(str(err))
     chat = {"auto": None, "on": True, "off": False}[args.chat_template]
-    identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype)
+    identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype, scaling)
     try:
         cache = ScoreCache(Path(args.output) / CACHE_FILE, identity)
         for path in args.reuse_scores:
@@ -293,7 +307,7 @@ def main(argv=None) -> None:
     from lpes_harness.lm import LPESLM
 
     try:
-        lm = LPESLM(pretrained=args.pretrained, dtype=dtype)
+        lm = LPESLM(pretrained=args.pretrained, dtype=dtype, scaling=scaling)
     except OSError as err:  # a model that is not there (or its package missing): one line, nothing written
         parser.exit(2, f"{parser.prog}: error: --pretrained {args.pretrained}: {' '.join(str(err).split())}\n")
     try:
@@ -304,6 +318,8 @@ def main(argv=None) -> None:
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
+    if scaling != "position":
+        scored["scaling"] = scaling
     if args.layer_type:
         scored["layer_type"] = args.layer_type  # what the PI and uniform rows moved
     table = paired_table(scored)

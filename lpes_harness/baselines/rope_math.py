@@ -88,7 +88,7 @@ def rope_theta(config, model_type: str, layer_type: str | None = None) -> float:
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
         raise BaselineError(
-            f"this baseline changes the RoPE base, which is defined only for plain RoPE; the model "
+            f"a change of RoPE base is defined only for plain RoPE; the model "
             f"({where}) uses rope_type={rope_type!r}. Accepted: models with "
             f"rope_type 'default' (Llama 2, SmolLM2, Qwen2, Mistral, Gemma-3 270M / 1B)"
         )

@@ -79,6 +79,21 @@ PROFILES = {
         "generations": 3, "layer_type": "full_attention", "y_min": 1.0, "y_max": 6.0, "y_step": 0.25,
         "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
     },
+    # Gemma-3-270M with base scaling (--scaling base: layer h's RoPE base becomes s_h x theta, its
+    # layer type's theta), which `auto` picks for it on a CPU. Position scales could not remove its
+    # bias: the gemma3-cpu search found nothing on its own samples and its curve gained +3.6 on 1,000
+    # held-out ones (results/gemma3_multi_needle_heldout200), while one base 2 x theta on every
+    # layer answered 80 of 80 search samples as Attention Buckets' best did (.975 against vanilla's
+    # .831; results/tuned_baselines_gemma3/buckets_single_base). So: every layer moves (a base
+    # factor leaves the fast frequencies that the sliding-window layers live on nearly as they
+    # are), the sweep tries the uniform factors 1, 2 and 4 as starts, and y spans [0.5, 8] in steps
+    # of 0.25 with My 1. The same task, samples, GA sizes and held-out table as gemma3-cpu.
+    "gemma3-base-cpu": {
+        "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
+        "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
+        "generations": 3, "scaling": "base", "y_min": 0.5, "y_max": 8.0, "y_step": 0.25,
+        "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
+    },
     # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
     # generations (432 individuals at most), 100 samples per position in batches of up to 100
     # prompts (racing per batch), bfloat16 (auto). The target on one H100 is 15 minutes for
@@ -117,7 +132,10 @@ profiles (--profile; the command line and --config override a profile's values):
          sliding-window layers breaks it), y in [1, 6], My 1, Mx 2, sweep 1,2,4; then
          200 held-out samples per position (~45 min of search in bfloat16, then about an
          hour of held-out table)
-  auto   (default) gemma3-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
+  gemma3-base-cpu  gemma3-cpu's task, samples and sizes with --scaling base on every
+         layer (each factor multiplies the layer's RoPE base): y in [0.5, 8], sweep 1,2,4.
+         Position scales could not remove Gemma's bias; a larger base does
+  auto   (default) gemma3-base-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
          model runs on a GPU; on a CPU, cpu-bf16 when --dtype resolves to bfloat16 (auto
          does where it is native), else cpu
 
@@ -141,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gpu, or auto (gemma3-cpu for gemma3-270m on a CPU; gpu on a GPU, cpu-bf16 on a CPU "
+                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gemma3-base-cpu, gpu, or auto (gemma3-base-cpu for gemma3-270m on a CPU; gpu on a GPU, cpu-bf16 on a CPU "
                         "with native bfloat16, else cpu); see below")
     model = p.add_argument_group("model")
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
@@ -208,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "full_attention = Gemma-3's global layers); the others keep plain RoPE (scale 1). "
                             "The sweep's, PI's and the held-out uniform rows move the same layers. Default: all "
                             "layers (gemma3-cpu: full_attention)")
+    genes.add_argument("--scaling", default="position", choices=["position", "base"],
+                       help="what a layer's factor s_h multiplies: position (the paper's: layer h reads position i "
+                            "as i / s_h) or base (layer h's RoPE base becomes s_h x theta, at the true positions; "
+                            "plain RoPE only). scales.json records it, so lpes_hf scales=<file> applies it. "
+                            "Default position (gemma3-base-cpu: base)")
     genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (paper 1.0; cpu, cpu-bf16, gpu 0.25)")
     genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (paper 2.0; cpu, cpu-bf16, gpu 2.5)")
     genes.add_argument("--y-step", type=float, default=0.1)
@@ -275,7 +298,7 @@ def profile_heldout_samples(profile: str, num_samples) -> int:
 
 
 def _auto_profile(device, dtype, pretrained=None) -> str:
-    """gpu on a GPU; on a CPU, gemma3-cpu for the packaged Gemma-3-270M, else cpu-bf16 where the
+    """gpu on a GPU; on a CPU, gemma3-base-cpu for the packaged Gemma-3-270M, else cpu-bf16 where the
     search will run in bfloat16, else cpu.
 
     The two SmolLM2 CPU profiles differ only in size: bfloat16 is ~2.8x faster than float32
@@ -285,7 +308,7 @@ def _auto_profile(device, dtype, pretrained=None) -> str:
     if not _runs_on_cpu(device):
         return "gpu"
     if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"]:
-        return "gemma3-cpu"
+        return "gemma3-base-cpu"
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
 
 

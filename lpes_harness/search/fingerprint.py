@@ -68,6 +68,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
     search = {key: _plain(values[key]) for key in SEARCH_KEYS if key in values}
     if values.get("layer_type"):  # absent means all layers: older checkpoints still resume
         search["layer_type"] = values["layer_type"]
+    if values.get("scaling", "position") != "position":  # absent means position: likewise
+        search["scaling"] = values["scaling"]
     result = {
         "format": FORMAT,
         "fitness": fitness,

@@ -40,10 +40,11 @@ from lpes_harness.search.sweep import plot_sweep, run_sweep, snap_initial_y
 class BestScalesCallback(Callback):
     """Keeps ``scales.json`` (and the best control points) up to date after each generation."""
 
-    def __init__(self, directory: Path, model_name: str, dtype: str | None = None):
+    def __init__(self, directory: Path, model_name: str, dtype: str | None = None, scaling: str = "position"):
         self.directory = directory
         self.model_name = model_name
         self.dtype = dtype
+        self.scaling = scaling
 
     def on_generation_end(self, search, stats) -> None:
         from lpes_harness.scales_file import write_scales_file
@@ -52,6 +53,7 @@ class BestScalesCallback(Callback):
         write_scales_file(
             self.directory / "scales.json",
             best["scales"],
+            scaling=self.scaling,  # what the factors multiply: lpes_hf scales=<file> applies the same
             curve="per-layer" if search.spec.brute_force else search.spec.curve,
             control_points=best["genome"],
             fitness=best["fitness"],
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> dict:
               f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
     callbacks = [
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
-        BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen),
+        BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
         PlotCallback(output),
         ProgressCallback(disable=args.no_progress or None),
         CheckpointCallback(checkpoint_path, extra={"fingerprint": current}),  # last: the files above agree with it
@@ -195,7 +197,8 @@ def _heldout_cache(output: Path, args):
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.score_cache import ScoreCache
 
-    identity = paired.cache_identity(args.task, args.metadata, args.chat_template, args.pretrained, args.dtype_chosen)
+    identity = paired.cache_identity(args.task, args.metadata, args.chat_template, args.pretrained, args.dtype_chosen,
+                                     args.scaling)
     return ScoreCache(output / paired.CACHE_FILE, identity)
 
 
@@ -288,7 +291,11 @@ def load_lm(args):
     from lpes_harness.lm import LPESLM
 
     extra = simple_parse_args_string(args.model_args)
-    extra.pop("dtype", None)  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
+    extra.pop("dtype", None)
+    scaling = getattr(args, "scaling", "position")
+    if extra.get("scaling", scaling) != scaling:
+        raise ValueError(f"--model-args scaling={extra['scaling']} and --scaling {scaling} disagree; give --scaling only")
+    extra["scaling"] = scaling  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
     # lm-eval's own "auto" probes ever larger batches at the full window: slow on a CPU, and the
     # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
     batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
