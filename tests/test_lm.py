@@ -136,3 +136,48 @@ def test_position_tasks_are_found_without_include_path():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["kv_retrieval", "kv_retrieval_pos40", "mdqa", "mdqa_pos50"]
+
+
+def test_scaling_base_multiplies_the_rope_base(checkpoint, tmp_path):
+    """``scaling=base``: factor 2 on every layer is the checkpoint rebuilt with twice its theta."""
+    from lm_eval.models.huggingface import HFLM
+
+    config_path = tmp_path / "twice_theta"
+    import shutil
+
+    shutil.copytree(checkpoint, config_path)
+    config = json.loads((config_path / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] *= 2
+    (config_path / "config.json").write_text(json.dumps(config))
+    twice = loglikelihoods(HFLM(pretrained=str(config_path), device="cpu"))
+    based = LPESLM(pretrained=checkpoint, scales=2.0, scaling="base", device="cpu")
+    assert based.scaling == "base" and based.get_model_info()["lpes_scaling"] == "base"
+    assert loglikelihoods(based) == pytest.approx(twice, abs=1e-4)
+    assert loglikelihoods(LPESLM(pretrained=checkpoint, scales=2.0, device="cpu")) != pytest.approx(twice, abs=1e-3)
+
+
+def test_a_scales_file_says_what_its_factors_scale(checkpoint, tmp_path):
+    path = tmp_path / "scales.json"
+    write_scales_file(path, [1.0, 2.0, 2.0, 4.0], scaling="base")
+    assert LPESLM(pretrained=checkpoint, scales=str(path), device="cpu").scaling == "base"
+    assert LPESLM(pretrained=checkpoint, scales=str(path), scaling="base", pi=True, device="cpu").scales == [2.25] * 4
+    with pytest.raises(ScalesError, match="scaling='position' but scales=.* holds factors of scaling 'base'"):
+        LPESLM(pretrained=checkpoint, scales=str(path), scaling="position", device="cpu")
+    plain = tmp_path / "plain.json"
+    write_scales_file(plain, [1.0, 2.0, 2.0, 4.0])  # no scaling key: positions, as every file before it
+    assert LPESLM(pretrained=checkpoint, scales=str(plain), device="cpu").scaling == "position"
+    bad = tmp_path / "bad.json"
+    write_scales_file(bad, [1.0, 2.0, 2.0, 4.0], scaling="theta")
+    with pytest.raises(ScalesFileError, match="'scaling' is 'theta'; accepted: position, base"):
+        LPESLM(pretrained=checkpoint, scales=str(bad), device="cpu")
+    with pytest.raises(ScalesError, match="scaling='ntk' is not understood; accepted: position"):
+        LPESLM(pretrained=checkpoint, scales=2.0, scaling="ntk", device="cpu")
+
+
+def test_saved_base_scales_load_with_their_scaling(checkpoint, tmp_path):
+    lm = LPESLM(pretrained=checkpoint, scales="1;2;2;4", scaling="base", device="cpu")
+    expected = loglikelihoods(lm)
+    lm.save_pretrained(str(tmp_path / "saved"))
+    reloaded = LPESLM(pretrained=str(tmp_path / "saved"), device="cpu")
+    assert (reloaded.scales, reloaded.scaling) == ([1.0, 2.0, 2.0, 4.0], "base")
+    assert loglikelihoods(reloaded) == pytest.approx(expected, abs=1e-6)

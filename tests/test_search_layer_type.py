@@ -159,3 +159,22 @@ def test_lpes_hf_layer_type_scales_one_type_and_its_pi_averages_over_it(gemma_ch
     with pytest.raises(ScalesError, match="layer_type='global': this model's layers are of type.s. "
                                           "sliding_attention, full_attention"):
         LPESLM(**common, scales=2.0, layer_type="global")
+
+
+def test_a_base_scaling_search_records_its_scaling_and_resumes_only_as_one(gemma_checkpoint, tmp_path):
+    """--scaling base: the factors multiply each layer's RoPE base; scales.json says so (lpes_hf applies it),
+    the held-out cache says so, and the checkpoint refuses to resume as a position search."""
+    from lpes_harness.lm import LPESLM
+
+    output = tmp_path / "base"
+    args = ga_args(gemma_checkpoint, output, generations=1)
+    args[args.index("--sweep") + 1] = "1,2"
+    args[args.index("--heldout-samples") + 1] = "2"
+    done = run([sys.executable, GA, *args, "--scaling", "base", "--y-max", "4"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads((output / "scales.json").read_text())
+    assert written["scaling"] == "base"
+    assert LPESLM(pretrained=gemma_checkpoint, scales=str(output / "scales.json"), device="cpu").scaling == "base"
+    assert json.loads((output / "scores.cache.json").read_text())["identity"]["scaling"] == "base"
+    again = run([sys.executable, GA, *args, "--resume", "--generations", "2"])
+    assert again.returncode != 0 and "scaling" in again.stderr, again.stderr[-2000:]
