@@ -27,8 +27,9 @@ def _save_figure(figure, path: Path) -> None:
     save_figure(figure, path)
 
 
-def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None) -> None:
-    """The curve, its control points and each layer's scale."""
+def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None,
+               scaling: str = "position") -> None:
+    """The curve, its control points and each layer's scale (``scaling``: what the scales multiply)."""
     import numpy as np
 
     from lpes_harness.curves import bezier_eval, layer_positions
@@ -55,7 +56,7 @@ def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[f
         axes.set_xlabel("layer")
     else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
         axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
-    axes.set_ylabel("position scale s")
+    axes.set_ylabel("RoPE base factor s (base s·θ)" if scaling == "base" else "position scale s")
     axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
@@ -122,7 +123,7 @@ def plot_scales(curves: Mapping[str, Sequence[float]], path) -> None:
         axes.plot(range(len(scales)), scales, marker=".", label=name)
     axes.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     axes.set_xlabel("layer")
-    axes.set_ylabel("RoPE position scale")
+    axes.set_ylabel("layer factor (position scale; base factor for base-scaled curves)")
     axes.grid(alpha=0.3)
     axes.legend()
     _save_figure(figure, Path(path))

@@ -52,6 +52,18 @@ def test_the_command_writes_the_report_and_one_scales_file_per_type(gemma_dir, t
     assert report["by_type"]["full_attention"]["layers"] == [5]
     assert (out / "layer_types.png").stat().st_size > 0
     assert "| full_attention | 5 | 1.500 |" in capsys.readouterr().out
+    assert only_full["scaling"] == "position"
+
+
+def test_the_ablation_files_of_a_base_curve_stay_base(gemma_dir, tmp_path):
+    from lpes_harness.scales_file import write_scales_file
+
+    scales = tmp_path / "scales.json"
+    write_scales_file(scales, [2.0, 2.0, 2.0, 2.0, 2.0, 1.5], scaling="base")
+    out = tmp_path / "report"
+    assert lt.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)]) == 0
+    for kind in ("full_attention", "sliding_attention"):
+        assert json.loads((out / f"only_{kind}.json").read_text())["scaling"] == "base"
 
 
 def test_scales_for_another_model_stop_with_one_line_and_write_nothing(gemma_dir, tmp_path):

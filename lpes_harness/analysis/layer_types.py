@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from lpes_harness.files import atomic_write_json, atomic_write_text, save_figure
-from lpes_harness.scales_file import ScalesError, read_scales_file, write_scales_file
+from lpes_harness.scales_file import ScalesError, read_scales_file, read_scales_file_scaling, write_scales_file
 
 
 def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> list[str]:
@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         scales = read_scales_file(args.scales)
+        scaling = read_scales_file_scaling(args.scales) or "position"  # the ablation files scale the same thing
     except ScalesError as err:
         raise SystemExit(f"layer_types: error: {err}") from None
     from lpes_harness.models import BundledModelMissing
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     output.mkdir(parents=True, exist_ok=True)
     model = args.pretrained or "bundled SmolLM2"
     for kind in summary:
-        write_scales_file(output / f"only_{kind}.json", kept_on(scales, layer_types, kind),
+        write_scales_file(output / f"only_{kind}.json", kept_on(scales, layer_types, kind), scaling=scaling,
                           model=model, note=f"{args.scales} on the {kind} layers only, every other layer at 1")
     atomic_write_json(output / "layer_types.json", {"scales_file": args.scales, "model": model,
                                                     "layer_types": layer_types, "by_type": summary}, indent=1)

@@ -190,10 +190,12 @@ def generation_postfix(stats: dict) -> dict:
 class PlotCallback(Callback):
     """Redraws ``curve.png`` (the best genome) and ``fitness.png`` after every generation."""
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike, scaling: str = "position"):
         self.directory = Path(directory)
+        self.scaling = scaling  # what the scales multiply: the curve's axis says so
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         plot_curve(self.directory / "curve.png", search.spec, stats["best_genome"], stats["best_scales"],
-                   title=f"best after generation {stats['generation']}: fitness {stats['best_fitness']:.4f}")
+                   title=f"best after generation {stats['generation']}: fitness {stats['best_fitness']:.4f}",
+                   scaling=self.scaling)
         plot_fitness(self.directory / "fitness.png", search.generation_stats)

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> dict:
     callbacks = [
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
-        PlotCallback(output),
+        PlotCallback(output, args.scaling),
         ProgressCallback(disable=args.no_progress or None),
         CheckpointCallback(checkpoint_path, extra={"fingerprint": current}),  # last: the files above agree with it
     ]
