@@ -63,7 +63,6 @@ import torch
 from torch import nn
 
 from lpes_harness.baselines import rope_math
-from lpes_harness.scales_file import SCALINGS
 from lpes_harness.rope_anatomy import (
     LPESError,
     RoPEParts,
@@ -75,6 +74,7 @@ from lpes_harness.rope_anatomy import (
     nope_layers_in,
     probe_rotary,
 )
+from lpes_harness.scaling import SCALINGS
 
 # Key under which the scales are kept in ``model.config`` (and so in config.json
 # after ``save_pretrained``); ``lpes_hf`` re-applies them on load.

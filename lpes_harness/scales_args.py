@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lpes_harness.arg_values import number_list, parse_bool, shown
+from lpes_harness.scaling import SCALINGS
 from lpes_harness.scales_file import (
     SAVED_SCALES_KEY,
-    SCALINGS,
     ScalesError,
     ScalesFileError,
     model_layer_info,

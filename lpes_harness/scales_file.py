@@ -29,13 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from lpes_harness.files import atomic_write_text
+from lpes_harness.scaling import SCALINGS
 
 FORMAT = "lpes-scales/1"
 # rope.CONFIG_KEY: where rope.install keeps the scales in a model's config (rope imports torch).
 SAVED_SCALES_KEY = "lpes_scales"
-# What a layer's factor multiplies (lpes_hf ``scaling=``): "position", the paper's (position i is
-# read as i / s_h), or "base" (the layer's RoPE base becomes s_h * theta). lpes_harness.rope applies them.
-SCALINGS = ("position", "base")
 
 
 class ScalesError(ValueError):
