@@ -20,11 +20,12 @@ def logits(model, ids, **kwargs):
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_all_scales_one_reproduces_logits_exactly(arch):
+@pytest.mark.parametrize("scaling", ["position", "base"])
+def test_all_scales_one_reproduces_logits_exactly(arch, scaling):
     model = tiny_model(arch)
     ids = random_ids(48)
     before = logits(model, ids)
-    rope.install(model, [1.0] * 4)
+    rope.install(model, [1.0] * 4, scaling=scaling)
     assert torch.equal(logits(model, ids), before)
 
 

@@ -1,25 +1,14 @@
-"""``scaling="base"``: layer h rotates with RoPE base s_h * theta (its layer type's theta), at the true positions."""
+"""``scaling="base"``: layer h rotates with RoPE base s_h * theta (its layer type's theta), at the true positions.
+
+All factors 1 reproducing the logits exactly is test_rope.py's test, for both scalings."""
 
 import pytest
 import torch
+from test_rope import logits
 from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3, tiny_model
 
 from lpes_harness import rope
 from lpes_harness.rope_anatomy import LPESError
-
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits
-
-
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_all_factors_one_reproduces_logits_exactly(arch):
-    model = tiny_model(arch)
-    ids = random_ids(48)
-    before = logits(model, ids)
-    rope.install(model, [1.0] * 4, scaling="base")
-    assert torch.equal(logits(model, ids), before)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
