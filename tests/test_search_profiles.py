@@ -153,6 +153,8 @@ def test_auto_on_a_cpu_gives_gemma3_its_own_task_size(native_bf16, name):
     # Position scales could not remove Gemma's bias; a larger RoPE base did: every layer, base factors.
     assert args.scaling == "base" and args.layer_type is None and args.sweep == "1,2,4"
     assert parse_args(["--device", "cpu", "--pretrained", name, "--profile", "gemma3-cpu"]).scaling == "position"
+    # On a GPU too: the gpu profile's default haystack gives Gemma nothing to search for.
+    assert parse_args(["--device", "cuda", "--pretrained", name]).profile == "gemma3-base-cpu"
     assert parse_args(["--device", "cpu"]).profile == "cpu-bf16"  # SmolLM2 keeps its own
 
 

@@ -80,7 +80,7 @@ PROFILES = {
         "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
     },
     # Gemma-3-270M with base scaling (--scaling base: layer h's RoPE base becomes s_h x theta, its
-    # layer type's theta), which `auto` picks for it on a CPU. Position scales could not remove its
+    # layer type's theta), which `auto` picks for it on any device (on one H200: 2.5 min a search). Position scales could not remove its
     # bias: the gemma3-cpu search found nothing on its own samples and its curve gained +3.6 on 1,000
     # held-out ones (results/gemma3_multi_needle_heldout200), while one base 2 x theta on every
     # layer answered 80 of 80 search samples as Attention Buckets' best did (.975 against vanilla's
@@ -135,7 +135,7 @@ profiles (--profile; the command line and --config override a profile's values):
   gemma3-base-cpu  gemma3-cpu's task, samples and sizes with --scaling base on every
          layer (each factor multiplies the layer's RoPE base): y in [0.5, 8], sweep 1,2,4.
          Position scales could not remove Gemma's bias; a larger base does
-  auto   (default) gemma3-base-cpu for --pretrained gemma3-270m on a CPU; otherwise gpu when the
+  auto   (default) gemma3-base-cpu for --pretrained gemma3-270m (on any device); otherwise gpu when the
          model runs on a GPU; on a CPU, cpu-bf16 when --dtype resolves to bfloat16 (auto
          does where it is native), else cpu
 
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gemma3-base-cpu, gpu, or auto (gemma3-base-cpu for gemma3-270m on a CPU; gpu on a GPU, cpu-bf16 on a CPU "
+                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gemma3-base-cpu, gpu, or auto (gemma3-base-cpu for gemma3-270m; gpu on a GPU, cpu-bf16 on a CPU "
                         "with native bfloat16, else cpu); see below")
     model = p.add_argument_group("model")
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
@@ -298,17 +298,19 @@ def profile_heldout_samples(profile: str, num_samples) -> int:
 
 
 def _auto_profile(device, dtype, pretrained=None) -> str:
-    """gpu on a GPU; on a CPU, gemma3-base-cpu for the packaged Gemma-3-270M, else cpu-bf16 where the
-    search will run in bfloat16, else cpu.
+    """gemma3-base-cpu for the packaged Gemma-3-270M on any device; otherwise gpu on a GPU, and on a
+    CPU cpu-bf16 where the search will run in bfloat16, else cpu.
 
-    The two SmolLM2 CPU profiles differ only in size: bfloat16 is ~2.8x faster than float32
-    where the CPU runs it natively, so the same hour holds a larger search there. Gemma-3-270M
-    needs its own task size: at multi_needle's default it has no position bias to remove.
+    Gemma-3-270M needs its own task size (at multi_needle's default it has no position bias to
+    remove, so the gpu profile would search for nothing) and base scaling; the profile's sizes fit
+    a 2-core CPU and take 2.5 min on one H200. The two SmolLM2 CPU profiles differ only in size:
+    bfloat16 is ~2.8x faster than float32 where the CPU runs it natively, so the same hour holds a
+    larger search there.
     """
-    if not _runs_on_cpu(device):
-        return "gpu"
     if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"]:
         return "gemma3-base-cpu"
+    if not _runs_on_cpu(device):
+        return "gpu"
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
 
 
