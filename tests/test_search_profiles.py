@@ -181,3 +181,11 @@ def test_the_heldout_tables_extra_rows_are_chosen_or_named_when_wrong(native_bf1
     with pytest.raises(SystemExit) as stop:
         parse_args(["--device", "cpu", "--heldout-extra", "pi,buckets"])
     assert stop.value.code == 2 and "--heldout-extra 'pi,buckets': give 'none' or a comma list of pi, uniform" in capsys.readouterr().err
+
+
+def test_scaling_given_twice_must_agree(capsys):
+    assert parse_args(["--device", "cpu", "--scaling", "base", "--model-args", "scaling=base"]).scaling == "base"
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--device", "cpu", "--model-args", "scaling=base"])
+    assert stop.value.code == 2
+    assert "--model-args scaling=base and --scaling position disagree; give --scaling only" in capsys.readouterr().err

@@ -373,6 +373,10 @@ def _check(args) -> None:
 
     check_search_args(args)
     args.dtype_requested = requested_dtype(args.dtype, args.model_args)  # what auto and the run resolve
+    given = dict(part.split("=", 1) for part in str(args.model_args or "").split(",") if "=" in part)
+    if given.get("scaling", args.scaling).strip() != args.scaling:
+        raise ValueError(f"--model-args scaling={given['scaling'].strip()} and --scaling {args.scaling} disagree; "
+                         "give --scaling only")
     try:
         task_roles(args.task)
     except TaskDataError as err:

@@ -291,11 +291,8 @@ def load_lm(args):
     from lpes_harness.lm import LPESLM
 
     extra = simple_parse_args_string(args.model_args)
-    extra.pop("dtype", None)
-    scaling = getattr(args, "scaling", "position")
-    if extra.get("scaling", scaling) != scaling:
-        raise ValueError(f"--model-args scaling={extra['scaling']} and --scaling {scaling} disagree; give --scaling only")
-    extra["scaling"] = scaling  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
+    extra.pop("dtype", None)  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
+    extra["scaling"] = args.scaling  # --model-args may repeat it, never contradict it (cli._check)
     # lm-eval's own "auto" probes ever larger batches at the full window: slow on a CPU, and the
     # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
     batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
