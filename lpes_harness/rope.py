@@ -200,10 +200,9 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
 
     Positions become a (n_scales * batch, seq) tensor, so the whole set costs about what
     one (cos, sin) costs; this matters during cached generation, where each step is tiny
-    and one call per layer would show in the latency.
+    and one call per layer would show in the latency. Under ``scaling="base"`` each ``s`` is a
+    base factor instead, at the call's own positions (:func:`_rebased`).
     """
-    if state.scaling == "base":
-        return [_rebased(state, call, factor) for factor in scales]
     plain = state.rotary.plain_split(call.args, call.kwargs)
     if plain is not None:
         bound = None
@@ -217,6 +216,8 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
             f"of shape {tuple(position_ids.shape)} (several position axes, as in M-RoPE); LPES supports "
             f"(batch, seq) positions only"
         )
+    if state.scaling == "base":
+        return [_rebased(state, call, position_ids, factor) for factor in scales]
     divisors = state.divisors.get((tuple(scales), position_ids.device))
     if divisors is None:  # once per device and set of scales, not once per forward
         divisors = torch.tensor(scales, dtype=torch.float32, device=position_ids.device).view(-1, 1, 1)
@@ -233,10 +234,9 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
     return list(zip(cos, sin))
 
 
-def _rebased(state: _LPESState, call: _RotaryCall, factor: float) -> tuple:
-    """``call``'s (cos, sin) with its RoPE's base multiplied by ``factor``, at the true positions."""
+def _rebased(state: _LPESState, call: _RotaryCall, position_ids: torch.Tensor, factor: float) -> tuple:
+    """``call``'s (cos, sin) with its RoPE's base multiplied by ``factor``, at its own ``position_ids``."""
     layer_rope, theta = state.bases[call.key]
-    position_ids = call.kwargs["position_ids"] if "position_ids" in call.kwargs else call.args[1]
     inv_freq = rope_math.inv_freq_for_base(layer_rope.inv_freq, theta, theta * factor)
     return rope_math.cos_sin(position_ids, inv_freq, layer_rope.attention_scaling, call.output[0].dtype)
 

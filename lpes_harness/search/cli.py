@@ -314,10 +314,14 @@ def _auto_profile(device, dtype, pretrained=None) -> str:
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
 
 
+def model_args_given(model_args: str) -> dict[str, str]:
+    """``--model-args`` as lm-eval's 'k=v,k=v' form, read without importing lm-eval: bad flags must fail fast."""
+    return dict(part.split("=", 1) for part in str(model_args or "").split(",") if "=" in part)
+
+
 def requested_dtype(dtype_flag: str, model_args: str) -> str:
     """The dtype asked for, by ``--dtype`` or by ``dtype=`` in ``--model-args`` (not both)."""
-    # lm-eval's 'k=v,k=v' form, read here without importing lm-eval: bad flags must fail fast.
-    extra = dict(part.split("=", 1) for part in str(model_args or "").split(",") if "=" in part)
+    extra = model_args_given(model_args)
     if "dtype" in extra and dtype_flag != "auto":
         raise ValueError("give the dtype once: --dtype or dtype= in --model-args")
     return extra.get("dtype", dtype_flag).strip()
@@ -373,7 +377,7 @@ def _check(args) -> None:
 
     check_search_args(args)
     args.dtype_requested = requested_dtype(args.dtype, args.model_args)  # what auto and the run resolve
-    given = dict(part.split("=", 1) for part in str(args.model_args or "").split(",") if "=" in part)
+    given = model_args_given(args.model_args)
     if given.get("scaling", args.scaling).strip() != args.scaling:
         raise ValueError(f"--model-args scaling={given['scaling'].strip()} and --scaling {args.scaling} disagree; "
                          "give --scaling only")
