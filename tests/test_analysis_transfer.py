@@ -6,14 +6,15 @@ import pytest
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.analysis import transfer
+from lpes_harness.analysis.conditions import parse_condition
 
 
 def test_a_condition_is_a_name_and_task_options():
-    assert transfer.parse_condition('2x length={"num_sentences": 120}') == ("2x length", {"num_sentences": 120})
+    assert parse_condition('2x length={"num_sentences": 120}') == ("2x length", {"num_sentences": 120})
     for bad, message in [("nothing", "expected NAME="), ("x={oops", "not valid JSON"), ("x=[1]", "JSON object"), ("x=\"str\"", "JSON object"),
                          ('x={"chat_template": "maybe"}', "on, off or auto")]:
         with pytest.raises(ValueError, match=message):
-            transfer.parse_condition(bad)
+            parse_condition(bad)
 
 
 def test_the_condition_becomes_a_paired_command_line(tmp_path):

@@ -98,10 +98,11 @@ def test_reads_litm_kv_file_and_moves_its_gold_pair():
         assert pairs[44] == (doc["key"], doc["value"])
 
 
-def test_litm_file_heldout_split_is_what_remains_after_search(caplog):
+def test_litm_file_heldout_split_is_what_remains_after_search_and_validation(caplog):
     options, _ = resolve_options(KV_RETRIEVAL, {"data_path": str(LITM_KV_FILE), "split": "heldout"})
-    # 500 records: search takes 200, held-out the other 300 (fewer than the default 500: a warning).
-    assert len(build_examples(KV_RETRIEVAL, options)) == 300
+    # 500 records: search takes 200, validation the last (500 - 200) // 4 = 75, held-out the 225
+    # in between (fewer than the default 500: a warning).
+    assert len(build_examples(KV_RETRIEVAL, options)) == 225
     assert "fewer than the default 500" in caplog.text
 
 

@@ -28,13 +28,18 @@ def test_gold_index_matches_litm(percent, num_items, index):
     assert gold_index(percent, num_items) == index
 
 
-def test_generated_splits_are_disjoint_and_default_to_200_and_500():
+def test_generated_splits_are_disjoint_and_default_to_200_500_and_200():
     search = build_examples(KV_RETRIEVAL, options(KV_RETRIEVAL, split="search"))
     heldout = build_examples(KV_RETRIEVAL, options(KV_RETRIEVAL, split="heldout"))
-    assert (len(search), len(heldout)) == (200, 500)
-    assert not {i for i, _ in search} & {i for i, _ in heldout}
-    search_keys = {ex.gold[0] for _, ex in search}
-    assert not search_keys & {ex.gold[0] for _, ex in heldout}
+    validation = build_examples(KV_RETRIEVAL, options(KV_RETRIEVAL, split="validation"))
+    assert (len(search), len(heldout), len(validation)) == (200, 500, 200)
+    indices = [{i for i, _ in split} for split in (search, heldout, validation)]
+    assert not indices[0] & indices[1] and not indices[0] & indices[2] and not indices[1] & indices[2]
+    keys = [{ex.gold[0] for _, ex in split} for split in (search, heldout, validation)]
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
+    # A larger held-out request never reaches the validation samples (they count down from -1).
+    more = build_examples(KV_RETRIEVAL, options(KV_RETRIEVAL, split="heldout", num_samples=5000))
+    assert not {i for i, _ in more} & indices[2]
 
 
 def test_file_splits_are_disjoint_deterministic_and_seeded():
@@ -42,9 +47,12 @@ def test_file_splits_are_disjoint_deterministic_and_seeded():
         chosen = sample_indices(MDQA, options(MDQA, data_path=str(NQ_ORACLE), **metadata))
         return [read_jsonl(NQ_ORACLE)[i]["question"] for i in chosen]
 
-    search, heldout = questions(split="search"), questions(split="heldout")
-    assert (len(search), len(heldout)) == (200, 500)
-    assert not set(search) & set(heldout)
+    search, heldout, validation = questions(split="search"), questions(split="heldout"), questions(split="validation")
+    assert (len(search), len(heldout), len(validation)) == (200, 500, 200)
+    assert not set(search) & set(heldout) and not set(validation) & (set(search) | set(heldout))
+    # Every held-out record there is stays clear of the validation ones.
+    everything = questions(split="heldout", num_samples=len(read_jsonl(NQ_ORACLE)) - 400)
+    assert everything[:500] == heldout and not set(everything) & set(validation)
     assert questions(split="search") == search  # deterministic
     assert questions(split="search", seed=1) != search  # the seed picks the split
     assert questions(split="search", num_samples=50) == search[:50]  # fewer samples: a prefix, still disjoint
@@ -69,7 +77,7 @@ def test_keys_of_other_position_tasks_and_lm_eval_are_tolerated():
 @pytest.mark.parametrize(
     "metadata, message",
     [
-        ({"split": "train"}, r"split='train' is not one of \['search', 'heldout'\]"),
+        ({"split": "train"}, r"split='train' is not one of \['search', 'heldout', 'validation'\]"),
         ({"num_samples": "many"}, r"num_samples='many' is not an integer"),
         ({"num_samples": 0}, r"num_samples=0 must be at least 1"),
         ({"num_pairs": 1}, r"num_pairs=1 must be at least 2"),

@@ -4,9 +4,9 @@
         --condition '2x length={"num_sentences": 120}' --condition 'no chat template={"chat_template": "off"}' \\
         --condition 'needle={"task": "needle"}' --num-samples 100 --seed 20261125 --output results/transfer
 
-A condition is a name and a JSON object of task options (``--metadata`` keys), plus two keys of
-its own: ``task`` (another registered position task; default multi_needle) and
-``chat_template`` (on / off / auto). For each condition, vanilla and every curve are scored on
+A condition (:mod:`lpes_harness.analysis.conditions`) is a name and a JSON object of task options
+(``--metadata`` keys), plus two keys of its own: ``task`` (another registered position task;
+default multi_needle) and ``chat_template`` (on / off / auto). For each condition, vanilla and every curve are scored on
 the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
 and the table gives, per condition and curve, the average with its 95 % interval, the paired
 difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
@@ -18,42 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lpes_harness.analysis.conditions import parse_condition, slug, task_metadata
 from lpes_harness.analysis.stats import format_p, paired_difference_interval
-
-OWN_KEYS = ("task", "chat_template")
-
-
-def parse_condition(text: str) -> tuple[str, dict]:
-    """``NAME={json}`` -> (name, options)."""
-    name, sep, options = text.partition("=")
-    if not sep or not name.strip():
-        raise ValueError(f"--condition {text!r}: expected NAME={{json options}}")
-    try:
-        parsed, problem = json.loads(options), None
-    except json.JSONDecodeError as err:
-        parsed, problem = None, f"not valid JSON ({err.msg})"
-    if problem is None and not isinstance(parsed, dict):
-        problem = "must be a JSON object"
-    elif problem is None and parsed.get("chat_template", "auto") not in ("auto", "on", "off"):
-        problem = "chat_template must be on, off or auto"
-    if problem:
-        raise ValueError(f"--condition {name!r}: options {problem}")
-    return name.strip(), parsed
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "condition"
-
-
-def task_metadata(options: Mapping) -> dict:
-    """A condition's task options, without the two keys that are not task options."""
-    return {key: value for key, value in options.items() if key not in OWN_KEYS}
-
 
 def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
                 pretrained: str | None, output: Path) -> list[str]:

@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help="a registered position task (multi_needle, kv_retrieval, mdqa, needle, ...)")
     p.add_argument("--num-samples", type=int, default=40, help="samples per gold position (default 40)")
     p.add_argument("--metadata", default="{}", help="task options as JSON (the --metadata keys of lm_eval)")
-    p.add_argument("--split", default="heldout", choices=["search", "heldout"])
+    p.add_argument("--split", default="heldout", choices=["search", "heldout", "validation"])
     p.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
                    help="auto follows the task (multi_needle: on)")
     p.add_argument("--pretrained", default=None,

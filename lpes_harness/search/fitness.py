@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS, TIEBREAK_EPS, PositionScorer, max_sample_score
 
@@ -53,7 +53,7 @@ def combine(means: Mapping[str, float], weights: Mapping[str, float], objective:
 
 # ----------------------------------------------------------------------------- racing core
 
-ScoreChunk = Callable[[str, Sequence[int]], Sequence[float]]
+ScoreChunk = Callable[[Any, Sequence[int]], Sequence[float]]
 
 
 def raced_fitness(
@@ -71,28 +71,50 @@ def raced_fitness(
     ``score_chunk(role, indices)`` returns the scores of those samples of that role.
     Returns ``(fitness, info)``; when raced, ``fitness`` is the upper bound at the stop.
     """
-    totals = {role: 0.0 for role in sizes}
-    done = {role: 0 for role in sizes}
-
-    def bound() -> float:  # every unscored sample at its best: exact once all are scored
-        means = {role: (totals[role] + (sizes[role] - done[role]) * max_score) / sizes[role] for role in sizes}
-        return combine(means, weights, objective)
-
     # Heaviest role first: a sample of role r that falls short of the best score lowers the
     # bound by weight_r / size_r, so scoring the heaviest role first stops a hopeless
     # individual soonest (round-robin would leave the bound high until near the end).
-    for role in sorted(sizes, key=lambda r: -weights[r] / sizes[r]):
-        while done[role] < sizes[role]:
-            indices = list(range(done[role], min(done[role] + chunk_size, sizes[role])))
-            scores = list(score_chunk(role, indices))
+    order = sorted(sizes, key=lambda r: -weights[r] / sizes[r])
+    fitness, totals, done, raced = raced_groups(score_chunk, sizes, lambda means: combine(means, weights, objective),
+                                                order, chunk_size=chunk_size, threshold=threshold, max_score=max_score)
+    return fitness, _info(totals, done, sizes, raced)
+
+
+def raced_groups(
+    score_chunk: ScoreChunk,
+    sizes: Mapping[Any, int],
+    value: Callable[[Mapping[Any, float]], float],
+    order: Sequence[Any],
+    *,
+    chunk_size: int,
+    threshold: float = -math.inf,
+    max_score: float = 1.0,
+) -> tuple[float, dict, dict, bool]:
+    """Racing over groups of samples (a role, or a condition's role): ``value`` of the groups' means.
+
+    Groups are scored in ``order``, ``chunk_size`` samples at a time; after each chunk the best
+    value still reachable (every unscored sample at ``max_score``) is known exactly, since
+    ``value`` is non-decreasing in every mean, and scoring stops once it falls below
+    ``threshold``. Returns ``(value or its bound, totals, done, raced)``.
+    """
+    totals = {group: 0.0 for group in sizes}
+    done = {group: 0 for group in sizes}
+
+    def bound() -> float:  # every unscored sample at its best: exact once all are scored
+        return value({g: (totals[g] + (sizes[g] - done[g]) * max_score) / sizes[g] for g in sizes})
+
+    for group in order:
+        while done[group] < sizes[group]:
+            indices = list(range(done[group], min(done[group] + chunk_size, sizes[group])))
+            scores = list(score_chunk(group, indices))
             if len(scores) != len(indices):
-                raise RuntimeError(f"scored {len(scores)} samples for {len(indices)} requested ({role})")
-            totals[role] += sum(scores)
-            done[role] += len(indices)
+                raise RuntimeError(f"scored {len(scores)} samples for {len(indices)} requested ({group})")
+            totals[group] += sum(scores)
+            done[group] += len(indices)
             upper = bound()
             if upper < threshold:
-                return upper, _info(totals, done, sizes, raced=True)
-    return bound(), _info(totals, done, sizes, raced=False)
+                return upper, totals, done, True
+    return bound(), totals, done, False
 
 
 def _info(totals, done, sizes, raced: bool) -> dict:
@@ -201,7 +223,8 @@ class LMEvalFitness:
     middle is 25, 50 and 75 %) pools their samples.
     """
 
-    def __init__(self, lm, config: FitnessConfig, task_manager=None, shard: tuple[int, int] = (0, 1), gather=None):
+    def __init__(self, lm, config: FitnessConfig, task_manager=None, shard: tuple[int, int] = (0, 1), gather=None,
+                 split: str = "search"):
         self.lm = lm
         self.config = config
         self.rank, self.world = shard
@@ -209,7 +232,7 @@ class LMEvalFitness:
         self.gather = gather
         percents = sorted({p for ps in config.positions.values() for p in ps})
         self.scorer = PositionScorer(
-            lm, config.task, percents, metadata=config.metadata, split="search", num_samples=config.num_samples,
+            lm, config.task, percents, metadata=config.metadata, split=split, num_samples=config.num_samples,
             mode=config.fitness, scorer=config.scorer, chat_template=config.chat_template, task_manager=task_manager,
             batch_size=config.batch_size,
         )
@@ -220,6 +243,7 @@ class LMEvalFitness:
         }
         self.sizes = {role: len(samples) for role, samples in self.samples.items()}
         self.evaluations = 0
+        self.samples_scored = 0  # forwards of this process: what a search's budget counts
 
     @property
     def chat_template(self) -> bool:
@@ -256,6 +280,7 @@ class LMEvalFitness:
 
     def score_samples(self, role: str, indices: Sequence[int]) -> list[float]:
         """This process's scores of the role's samples ``indices`` (no collective call)."""
+        self.samples_scored += len(indices)
         by_percent: dict[int, list[int]] = {}
         for i in indices:
             percent, sample = self.samples[role][i]

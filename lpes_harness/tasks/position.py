@@ -32,10 +32,13 @@ from lpes_harness.tasks.data import TaskDataError
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("search", "heldout")
-# The paper searches on 200 samples and reports on 500 others.
+SPLITS = ("search", "heldout", "validation")
+# The paper searches on 200 samples and reports on 500 others. The validation split (a search's
+# final choice among its best curves, re-scored on samples the fitness never saw) is a third
+# set, disjoint from both: a choice made on held-out samples would no longer be held out.
 SEARCH_SPLIT_SIZE = 200
-DEFAULT_NUM_SAMPLES = {"search": 200, "heldout": 500}
+VALIDATION_SPLIT_SIZE = 200
+DEFAULT_NUM_SAMPLES = {"search": 200, "heldout": 500, "validation": VALIDATION_SPLIT_SIZE}
 
 COMMON_OPTIONS: dict[str, Any] = {"data_path": None, "split": "heldout", "num_samples": None, "seed": 0}
 
@@ -256,28 +259,32 @@ def as_int(task_name: str, key: str, value: Any, minimum: int | None = None) -> 
 
 
 def sample_indices(task: PositionTask, options: Mapping[str, Any]) -> list[int]:
-    """The source indices of the requested split; search and held-out never share one.
+    """The source indices of the requested split; no two splits share one.
 
-    Generated data: search is samples 0..199, held-out counts on from 200.
+    Generated data: search is samples 0..199, held-out counts on from 200, validation counts
+    down from -1 (-1, -2, ...): unbounded, and disjoint from the other two by sign.
     File data: a seeded permutation of the records; search takes its first
-    min(200, records // 2), held-out the rest.
+    min(200, records // 2), validation its last min(200, (records - search) // 4), held-out
+    the records in between (so the held-out samples of every earlier table are unchanged).
     """
     split, seed = options["split"], options["seed"]
     num_records = task.count_records(options)
+    requested = options["num_samples"]
+    wanted = requested if requested is not None else DEFAULT_NUM_SAMPLES[split]
     if num_records is None:
-        search_pool = list(range(SEARCH_SPLIT_SIZE))
-        heldout_pool = None  # unbounded
+        if split == "heldout":
+            return list(range(SEARCH_SPLIT_SIZE, SEARCH_SPLIT_SIZE + wanted))
+        if split == "validation":
+            return [-(k + 1) for k in range(wanted)]
+        pool = list(range(SEARCH_SPLIT_SIZE))
     else:
         order = list(range(num_records))
         random.Random(f"{task.name}/{seed}/splits").shuffle(order)
         search_size = min(SEARCH_SPLIT_SIZE, num_records // 2)
-        search_pool, heldout_pool = order[:search_size], order[search_size:]
-
-    requested = options["num_samples"]
-    wanted = requested if requested is not None else DEFAULT_NUM_SAMPLES[split]
-    if split == "heldout" and heldout_pool is None:
-        return list(range(SEARCH_SPLIT_SIZE, SEARCH_SPLIT_SIZE + wanted))
-    pool = search_pool if split == "search" else heldout_pool
+        validation_size = min(VALIDATION_SPLIT_SIZE, (num_records - search_size) // 4)
+        pool = {"search": order[:search_size],
+                "heldout": order[search_size:num_records - validation_size],
+                "validation": order[num_records - validation_size:]}[split]
     if wanted > len(pool):
         source = "the generator" if num_records is None else f"{options.get('data_path') or 'the data file'} ({num_records} records)"
         if requested is not None:

@@ -1,0 +1,100 @@
+"""The best single factor, tuned as fairly as the curve: ``uniform.json`` beside ``scales.json``.
+
+A per-layer curve is only worth its degrees of freedom if it beats the best *uniform* factor
+found with the same effort: on Gemma-3 one base factor 2 on every layer gained all that the
+searched curves did. So after the genetic search, uniform factors of every kind the run's
+scaling allows (a position factor; under ``both`` also a base factor, the other half at 1) are
+scored with the search's own fitness and samples, until they have used at least the forwards
+the genetic search used (the sweep's forwards count: they are uniform points too).
+
+The factors come from the genome's own y grid, coarse to fine (both ends, then the middle,
+then the quarters, ...), kinds interleaved, and each is raced against the best so far, so a
+factor that wrecks the model costs a few samples and the budget reaches far into the grid.
+Every scored point is appended to a journal as it comes: a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+
+def coarse_to_fine(values: Sequence[float]) -> list[float]:
+    """``values`` (sorted) ends first, then midpoints breadth first: an even cover at any cut-off."""
+    values = sorted(values)
+    if len(values) <= 2:
+        return list(values)
+    order, seen, spans = [values[0], values[-1]], {0, len(values) - 1}, [(0, len(values) - 1)]
+    while spans:
+        following = []
+        for lo, hi in spans:
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            if mid not in seen:
+                seen.add(mid)
+                order.append(values[mid])
+            following += [(lo, mid), (mid, hi)]
+        spans = following
+    return order
+
+
+def interleave(*orders: Sequence) -> list:
+    """One item of each order in turn."""
+    out = []
+    for k in range(max((len(o) for o in orders), default=0)):
+        out += [o[k] for o in orders if k < len(o)]
+    return out
+
+
+def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, forwards: Callable[[], int],
+                 known: Sequence[dict] = (), journal: Path | None = None, progress=None) -> dict:
+    """Score ``points`` (dicts with ``label``, ``kind``, ``value``, ``scales``) in order, raced against
+    the best so far, until ``budget`` forwards are used; ``known`` points (the sweep's, with their
+    ``fitness``, ``info`` and ``forwards``) count as scored.
+
+    ``evaluate(scales, threshold) -> (fitness, info)``; ``forwards()`` counts this process's
+    forwards. Returns ``{"best", "points", "forwards", "budget"}``.
+    """
+    done = {p["label"]: dict(p) for p in known}
+    if journal is not None and journal.is_file():
+        from lpes_harness.files import read_jsonl
+
+        for line in read_jsonl(journal):  # a torn last line is skipped: that point is scored again
+            done[line["label"]] = line
+    used = sum(p.get("forwards", 0) for p in done.values())
+
+    def best():
+        complete = [p for p in done.values() if not (p.get("info") or {}).get("raced")]
+        return max(complete, key=lambda p: p["fitness"], default=None)
+
+    for point in points:
+        if used >= budget:
+            break
+        if point["label"] in done:
+            continue
+        leader = best()
+        before = forwards()
+        fitness, info = evaluate(list(point["scales"]), -math.inf if leader is None else leader["fitness"])
+        record = {**point, "fitness": float(fitness), "info": info, "forwards": forwards() - before}
+        used += record["forwards"]
+        done[point["label"]] = record
+        if journal is not None:
+            _append(journal, record)
+        if progress:
+            progress(record)
+    chosen = best()
+    return {"best": chosen, "points": list(done.values()), "forwards": used, "budget": budget}
+
+
+def _append(path: Path, record: dict) -> None:
+    import os
+
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)  # one write: a line is there whole or not at all
+    finally:
+        os.close(fd)
