@@ -16,6 +16,9 @@ and ``device`` to CUDA when present, else CPU.
 
 ``scaling=base`` makes each factor multiply the layer's RoPE base instead of dividing its positions
 (:mod:`lpes_harness.rope`); a scales file written by a ``--scaling base`` search says so itself.
+``scaling=both`` gives each layer a pair, a position factor and a base factor: a scales file of
+scaling both, or ``scales="p0;...;p{L-1};b0;...;b{L-1}"`` (2L numbers); ``pi=true`` then puts each
+half's mean on every layer (``layer_type=T``: on T's layers, in both halves).
 
 ``answer_logits=true`` makes ``loglikelihood`` (MMLU, C-Eval) run the output layer only at the
 answer tokens: with Gemma-3's 262k vocabulary the full-vocabulary logits at every prompt position
@@ -39,6 +42,7 @@ from lpes_harness.lmeval.answer_logits import output_layer
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 from lpes_harness.models import hflm_model_args
 from lpes_harness.scales_args import parse_scales_args
+from lpes_harness.scaling import identity
 
 
 @register_model("lpes_hf")
@@ -70,14 +74,13 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         saved = rope.saved_scales(self.model.config)
         layer_types = config_layer_types(self.model.config) if args.layer_type else None
-        layer_scales = args.layer_scales(n_layers, saved, layer_types)
+        # Saved scales keep the scaling they were saved with (pi=true averages them too).
+        scaling = args.scaling_for(rope.saved_scaling(self.model.config) if saved else None)
+        layer_scales = args.layer_scales(n_layers, saved, layer_types, scaling)
         if layer_scales is None:
             # Scales saved with the model (save_pretrained), else identity: both let a
             # search change them in place later with set_scales.
-            layer_scales = saved or [1.0] * n_layers
-        # Saved scales keep the scaling they were saved with (pi=true averages them too).
-        from_saved = saved and args.scales is None and args.control_points is None
-        scaling = args.scaling or (rope.saved_scaling(self.model.config) if from_saved else "position")
+            layer_scales = saved or identity(scaling, n_layers)
         rope.install(self.model, layer_scales, scaling=scaling)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
@@ -93,6 +96,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
 
     # -- used by the search: change scales on the loaded model, never reload ------------
     def set_scales(self, scales) -> None:
+        """One factor per layer; under scaling "both", 2L: the position factors, then the base factors."""
         rope.set_scales(self.model, scales)
 
     @property
@@ -101,7 +105,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
 
     @property
     def scaling(self) -> str:
-        """What the scales multiply: "position" (the paper's) or "base"."""
+        """What the scales multiply: "position" (the paper's), "base" or "both" (pairs)."""
         return rope.get_scaling(self.model)
 
     def save_pretrained(self, path: str) -> None:

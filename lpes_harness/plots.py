@@ -29,13 +29,33 @@ def _save_figure(figure, path: Path) -> None:
 
 def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None,
                scaling: str = "position") -> None:
-    """The curve, its control points and each layer's scale (``scaling``: what the scales multiply)."""
+    """The curve, its control points and each layer's scale (``scaling``: what the scales multiply).
+
+    Scaling both (a spec with a base curve): two panels, the position curve over the base curve."""
+    if spec.both:
+        figure = _figure(figsize=(7, 6.5))
+        top, bottom = figure.subplots(2, 1, sharex=True)
+        half_scales = (scales[:spec.num_layers], scales[spec.num_layers:])
+        for axes, half, points, values, kind in zip((top, bottom), spec.halves(), spec.split(genome), half_scales,
+                                                     ("position", "base")):
+            _draw_curve(axes, half, points, values, kind)
+        top.set_xlabel("")
+        top.set_title(title or "scaling both: each layer's position factor and RoPE base factor", fontsize=10)
+    else:
+        figure = _figure(figsize=(7, 4))
+        axes = figure.add_subplot()
+        _draw_curve(axes, spec, genome, scales, scaling)
+        if title:
+            axes.set_title(title, fontsize=10)
+    _save_figure(figure, Path(path))
+
+
+def _draw_curve(axes, spec, genome, scales, scaling: str) -> None:
+    """One curve of :func:`plot_curve` on ``axes``."""
     import numpy as np
 
     from lpes_harness.curves import bezier_eval, layer_positions
 
-    figure = _figure(figsize=(7, 4))
-    axes = figure.add_subplot()
     points = np.asarray(genome, dtype=float)
     layers = np.arange(len(scales))
     if spec.brute_force:
@@ -60,9 +80,6 @@ def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[f
     axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    if title:
-        axes.set_title(title, fontsize=10)
-    _save_figure(figure, Path(path))
 
 
 def plot_fitness(path, generation_stats: Sequence[dict]) -> None:

@@ -61,11 +61,16 @@ from lpes_harness.files import atomic_write_json
 from lpes_harness.named_path import require_named_path
 
 
-def read_scales_argument(text: str) -> tuple[str, list[float]]:
+def read_scales_argument(text: str) -> list[tuple[str, list[float]]]:
+    """``--scales NAME=FILE``: its curve, or a ``both`` file's two (``NAME position``, ``NAME base``)."""
     name, path = require_named_path(text, "--scales", "NAME=FILE (a JSON list or a scales file)", ReportError)
-    from lpes_harness.scales_file import read_scales_file
+    from lpes_harness.scales_file import read_scales_and_scaling
+    from lpes_harness.scaling import split_both
 
-    return name, [float(s) for s in read_scales_file(path)]
+    scales, scaling = read_scales_and_scaling(path)
+    if scaling == "both":
+        return list(zip((f"{name} position", f"{name} base"), split_both(scales)))
+    return [(name, scales)]
 
 
 def write_report(
@@ -82,7 +87,7 @@ def write_report(
     # Every input is read before anything is written: a bad input leaves no folder behind.
     methods = load_methods(sources)
     records = read_history(history) if history is not None else None
-    extra_curves = [read_scales_argument(text) for text in scales]
+    extra_curves = [curve for text in scales for curve in read_scales_argument(text)]
     if baseline is not None:
         baseline_method(methods, baseline)  # a name no method has stops here, before anything is written
     kept = kept_record(methods) if keep_samples else {}

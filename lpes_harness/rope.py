@@ -40,6 +40,12 @@ The layer's (cos, sin) are then computed from the model's own ``inv_freq`` raise
 base (:mod:`lpes_harness.baselines.rope_math`, which the baselines that change bases share); so
 it is defined for plain ('default') RoPE only and refused, at :func:`install`, for others.
 
+``scaling="both"`` gives layer h a pair (p_h, b_h), passed as one flat list of 2L numbers (the L
+position factors, then the L base factors; :mod:`lpes_harness.scaling`): the layer rotates with base
+b_h * theta at positions i / p_h. A pair with b_h = 1 takes the position path above, one with
+p_h = 1 the base path; a pair (1, 1) leaves the layer untouched. Base factors other than 1 are
+refused, at :func:`install` or :func:`set_scales`, on RoPEs other than plain ones.
+
 Scales live in a plain list on the installed state and are read at call time, so
 :func:`set_scales` changes them in place with no re-install; :func:`remove` takes the
 hooks off and leaves the model exactly as it was. Layers with scale 1 are left untouched,
@@ -55,7 +61,6 @@ decorator, is :mod:`lpes_harness.rope_anatomy` (shared with the baselines).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -74,6 +79,7 @@ from lpes_harness.rope_anatomy import (
     nope_layers_in,
     probe_rotary,
 )
+from lpes_harness.rope_factors import IDENTITY, layer_factors, validate_scales
 from lpes_harness.scaling import SCALINGS
 
 # Key under which the scales are kept in ``model.config`` (and so in config.json
@@ -91,33 +97,43 @@ class _RotaryCall:
     kwargs: dict
     output: tuple | None  # the (cos, sin) it returned; None when it is not such a pair
     key: tuple | None = None  # its arguments other than x and position_ids (e.g. layer_type)
-    scaled: dict = field(default_factory=dict)  # scale -> (cos, sin) at position_ids / scale
+    scaled: dict = field(default_factory=dict)  # layer factor -> its (cos, sin)
 
 
 @dataclass
 class _LPESState:
     parts: RoPEParts
     rotary: RotaryFunction
-    scales: list[float]
+    scales: list[float]  # as given: one per layer, or 2L under scaling "both"
     nope_layers: dict[int, str] = field(default_factory=dict)  # layer -> why it has no RoPE
     handles: list[Any] = field(default_factory=list)
-    # Derived from ``scales`` when they are set: the distinct non-1 values.
-    distinct: list[float] = field(default_factory=list)
+    # Derived from ``scales`` when they are set: each layer's factor (a number, or a (p, b) pair
+    # under "both") and the distinct ones that change something.
+    factors: list = field(default_factory=list)
+    distinct: list = field(default_factory=list)
     # Per layer, the key of the rotary call that feeds it (None until known).
     layer_keys: list = field(default_factory=list)
-    # Per call key: the non-1 scales of the layers that call feeds (or may feed), sorted;
+    # Per call key: the non-identity factors of the layers that call feeds (or may feed), sorted;
     # derived from ``scales`` and ``layer_keys``, so emptied when either changes.
     wanted: dict = field(default_factory=dict)
     # Per forward: every rotary call so far.
     calls: list[_RotaryCall] = field(default_factory=list)
     divisors: dict = field(default_factory=dict)  # (scales, device) -> the scales as a tensor
     scaling: str = "position"
-    # scaling "base": per rotary call key, the RoPE it computes and that RoPE's base theta.
+    # scaling "base" / "both": per rotary call key, the RoPE it computes and that RoPE's base theta.
     bases: dict = field(default_factory=dict)
+    # scaling "both" on a RoPE a base factor cannot change: why, refused as soon as a base factor is not 1.
+    base_refusal: str | None = None
+
+    @property
+    def identity(self):
+        """The factor that leaves a layer as it is: 1, or the pair (1, 1) under "both"."""
+        return IDENTITY[self.scaling]
 
     def assign(self, scales: list[float]) -> None:
         self.scales[:] = scales
-        self.distinct = sorted({s for s in scales if s != 1.0})
+        self.factors = layer_factors(scales, self.scaling)
+        self.distinct = sorted({f for f in self.factors if f != self.identity})
         self.divisors = {}
         self.wanted = {}
         for call in self.calls:
@@ -130,37 +146,20 @@ _STATE_ATTR = "_lpes_state"
 # ----------------------------------------------------------------------------- validation
 
 
-def validate_scales(scales: Sequence[float] | float, n_layers: int) -> list[float]:
-    """Return ``scales`` as a list of ``n_layers`` floats; a single number means uniform."""
-    if isinstance(scales, (int, float)) and not isinstance(scales, bool):
-        scales = [float(scales)] * n_layers
-    if isinstance(scales, torch.Tensor):
-        scales = scales.flatten().tolist()
-    try:
-        values = [float(s) for s in scales]
-    except (TypeError, ValueError) as err:
-        raise LPESError(f"scales must be numbers, got {scales!r}") from err
-    if len(values) != n_layers:
-        raise LPESError(
-            f"got {len(values)} scales but the model has {n_layers} decoder layers; "
-            f"give one scale per layer (or a single number for a uniform scale)"
-        )
-    for index, value in enumerate(values):
-        if not math.isfinite(value) or value <= 0:
-            raise LPESError(f"scale for layer {index} is {value!r}; every scale must be a finite number > 0")
-    return values
-
-
-def _check_nope(state: _LPESState, scales: list[float]) -> None:
-    scaled = [i for i in state.nope_layers if scales[i] != 1.0]
+def _check_factors(state: _LPESState, scales: list[float]) -> None:
+    """What the model's layers cannot take: a factor on a NoPE layer, a base factor on a RoPE it cannot change."""
+    factors = layer_factors(scales, state.scaling)
+    scaled = [i for i in state.nope_layers if factors[i] != state.identity]
     if scaled:
         nope = sorted(state.nope_layers)
         reasons = "; ".join(sorted(set(state.nope_layers.values())))
         raise LPESError(
             f"model type '{state.parts.model_type}': layer(s) {scaled} were given scale(s) "
-            f"{[scales[i] for i in scaled]}, but they apply no RoPE ({reasons}), so a position scale "
-            f"there has no meaning; give 1.0 for layers {nope}"
+            f"{[factors[i] for i in scaled]}, but they apply no RoPE ({reasons}), so a position scale "
+            f"there has no meaning; give {state.identity} for layers {nope}"
         )
+    if state.base_refusal and any(b != 1.0 for _, b in factors):
+        raise LPESError(state.base_refusal)
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -195,20 +194,22 @@ def _call_that_made(state: _LPESState, position_embeddings) -> _RotaryCall | Non
     return None
 
 
-def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -> list[tuple]:
-    """``call`` re-run at ``position_ids / s`` for every ``s`` in ``scales``: one rotary computation.
+def _compute_scaled(state: _LPESState, call: _RotaryCall, factors: list) -> list[tuple]:
+    """``call``'s (cos, sin) for every layer factor in ``factors``.
 
-    Positions become a (n_scales * batch, seq) tensor, so the whole set costs about what
-    one (cos, sin) costs; this matters during cached generation, where each step is tiny
-    and one call per layer would show in the latency. Under ``scaling="base"`` each ``s`` is a
-    base factor instead, at the call's own positions (:func:`_rebased`).
+    Position scales ``s``: the call re-run at ``position_ids / s`` for all of them at once, one
+    rotary computation: positions become a (n_scales * batch, seq) tensor, so the whole set costs
+    about what one (cos, sin) costs; this matters during cached generation, where each step is tiny
+    and one call per layer would show in the latency. Base factors (``scaling="base"``): the call's
+    RoPE at that base, at its own positions (:func:`_rebased`). Pairs (p, b) (``scaling="both"``):
+    those with b = 1 are position scales, the others the RoPE at base b at ``position_ids / p``.
     """
     plain = state.rotary.plain_split(call.args, call.kwargs)
     if plain is not None:
         bound = None
         x, position_ids = plain
     else:
-        bound = state.rotary.bind(call.args, call.kwargs)
+        x, bound = None, state.rotary.bind(call.args, call.kwargs)
         position_ids = bound.arguments["position_ids"]
     if position_ids.dim() != 2:
         raise RuntimeError(
@@ -217,11 +218,30 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
             f"(batch, seq) positions only"
         )
     if state.scaling == "base":
-        return [_rebased(state, call, position_ids, factor) for factor in scales]
+        return [_rebased(state, call, position_ids, factor) for factor in factors]
+    scales = factors if state.scaling == "position" else [p for p, b in factors if b == 1.0]
+    stacked = dict(zip(scales, _stacked(state, position_ids, x, bound, scales))) if scales else {}
+    if state.scaling == "position":
+        return [stacked[s] for s in factors]
+
+    def divided(p: float) -> torch.Tensor:
+        return position_ids if p == 1.0 else position_ids.float() / _divisors(state, [p], position_ids)[0]
+
+    return [stacked[p] if b == 1.0 else _rebased(state, call, divided(p), b) for p, b in factors]
+
+
+def _divisors(state: _LPESState, scales: list[float], position_ids: torch.Tensor) -> torch.Tensor:
+    """``scales`` as a (n, 1, 1) float32 tensor on the positions' device, made once per device and set."""
     divisors = state.divisors.get((tuple(scales), position_ids.device))
     if divisors is None:  # once per device and set of scales, not once per forward
         divisors = torch.tensor(scales, dtype=torch.float32, device=position_ids.device).view(-1, 1, 1)
         state.divisors[(tuple(scales), position_ids.device)] = divisors
+    return divisors
+
+
+def _stacked(state: _LPESState, position_ids: torch.Tensor, x, bound, scales: list[float]) -> list[tuple]:
+    """The rotary call (``x`` of a plain call, else its ``bound`` arguments) at ``position_ids / s`` for each ``s``."""
+    divisors = _divisors(state, scales, position_ids)
     scaled_positions = (position_ids.float()[None] / divisors).reshape(-1, position_ids.shape[-1])
     if bound is None:
         cos, sin = state.rotary((x, scaled_positions))
@@ -235,35 +255,35 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, scales: list[float]) -
 
 
 def _rebased(state: _LPESState, call: _RotaryCall, position_ids: torch.Tensor, factor: float) -> tuple:
-    """``call``'s (cos, sin) with its RoPE's base multiplied by ``factor``, at its own ``position_ids``."""
+    """``call``'s (cos, sin) with its RoPE's base multiplied by ``factor``, at ``position_ids``."""
     layer_rope, theta = state.bases[call.key]
     inv_freq = rope_math.inv_freq_for_base(layer_rope.inv_freq, theta, theta * factor)
     return rope_math.cos_sin(position_ids, inv_freq, layer_rope.attention_scaling, call.output[0].dtype)
 
 
-def _scaled_position_embeddings(state: _LPESState, call: _RotaryCall, scale: float) -> tuple:
-    """(cos, sin) of ``call`` at ``position_ids / scale``.
+def _scaled_position_embeddings(state: _LPESState, call: _RotaryCall, factor) -> tuple:
+    """(cos, sin) of ``call`` for a layer of factor ``factor`` (:func:`_compute_scaled`).
 
-    On the first request for a call, every distinct scale of the layers that this call
-    feeds (or may feed, while that is not yet known) is computed in one stacked call.
+    On the first request for a call, every distinct factor of the layers that this call
+    feeds (or may feed, while that is not yet known) is computed at once.
     """
-    found = call.scaled.get(scale)
+    found = call.scaled.get(factor)
     if found is not None:
         return found
     wanted = state.wanted.get(call.key)
     if wanted is None:  # once per set of scales and call key, not once per forward
-        wanted = sorted({s for s, key in zip(state.scales, state.layer_keys)
-                         if s != 1.0 and (key is None or key == call.key)})
+        wanted = sorted({f for f, key in zip(state.factors, state.layer_keys)
+                         if f != state.identity and (key is None or key == call.key)})
         state.wanted[call.key] = wanted
-    missing = sorted({scale, *wanted} - call.scaled.keys())
+    missing = sorted({factor, *wanted} - call.scaled.keys())
     call.scaled.update(zip(missing, _compute_scaled(state, call, missing)))
-    return call.scaled[scale]
+    return call.scaled[factor]
 
 
 def _layer_pre_hook(state: _LPESState, layer_index: int):
     def hook(module, args, kwargs):
-        scale = state.scales[layer_index]
-        if scale == 1.0:
+        factor = state.factors[layer_index]
+        if factor == state.identity:
             # The model's own (cos, sin), bit-exact vanilla behaviour; nothing to look up (which
             # call feeds a layer only matters for the scaled ones). All scales 1: the model as it is.
             return None
@@ -275,10 +295,10 @@ def _layer_pre_hook(state: _LPESState, layer_index: int):
             raise RuntimeError(
                 f"LPES: decoder layer {layer_index} of model type '{state.parts.model_type}' was called "
                 f"without `position_embeddings` from one of this forward's rotary_emb calls "
-                f"({len(state.calls)} recorded), so its scale {scale} cannot be applied; this "
+                f"({len(state.calls)} recorded), so its scale {factor} cannot be applied; this "
                 f"architecture's forward is not supported"
             )
-        kwargs["position_embeddings"] = _scaled_position_embeddings(state, call, scale)
+        kwargs["position_embeddings"] = _scaled_position_embeddings(state, call, factor)
         return args, kwargs
 
     return hook
@@ -312,7 +332,9 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     """Make layer h of ``model`` use positions i / scales[h]. Returns the same model.
 
     ``scaling="base"``: layer h uses RoPE base scales[h] * theta (its own layer type's theta) at
-    the true positions instead; plain ('default') RoPE only.
+    the true positions instead; plain ('default') RoPE only. ``scaling="both"``: ``scales`` holds
+    2L numbers, ``[p_0..p_{L-1}, b_0..b_{L-1}]``, and layer h uses base b_h * theta at positions
+    i / p_h (base factors other than 1 on plain RoPE only).
 
     Installing on a model that already has LPES just updates the scales (the scaling must be the
     installed one). Refuses (with :class:`LPESError`, naming the model type and the reason) models
@@ -329,12 +351,17 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     parts = find_rope_parts(model)
     config = decoder_config(parts, model)
     rotary = RotaryFunction(parts.rotary_emb, parts.model_type)
-    values = validate_scales(scales, len(parts.layers))
+    values = validate_scales(scales, len(parts.layers), scaling)
     probe_rotary(parts, rotary, config)
     state = _LPESState(parts=parts, rotary=rotary, scales=[], nope_layers=nope_layers_in(parts), scaling=scaling)
-    if scaling == "base":
-        state.bases = _layer_bases(parts, config)
-    _check_nope(state, values)
+    if scaling != "position":
+        try:
+            state.bases = _layer_bases(parts, config, scaling)
+        except LPESError as err:
+            if scaling == "base":
+                raise
+            state.base_refusal = str(err)  # "both" still takes position factors on such a RoPE
+    _check_factors(state, values)
     state.layer_keys = known_layer_keys(rotary, config, len(parts.layers))
     state.assign(values)
     state.handles.append(parts.decoder.register_forward_pre_hook(_start_forward(state)))
@@ -349,30 +376,31 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     return model
 
 
-def _layer_bases(parts: RoPEParts, config) -> dict:
+def _layer_bases(parts: RoPEParts, config, scaling: str) -> dict:
     """Per rotary call key, the RoPE it computes and its base; refuses what a base factor cannot change."""
+    what = "scaling='base'" if scaling == "base" else "scaling='both' with a base factor other than 1"
     ropes = rope_math.layer_ropes(parts, config)
     if ropes is None:
         raise LPESError(f"model type '{parts.model_type}': its rotary embedding takes arguments other than the "
-                        "positions and a layer type, so scaling='base' cannot tell which RoPE each layer uses")
+                        f"positions and a layer type, so {what} cannot tell which RoPE each layer uses")
     try:
         return {r.key: (r, rope_math.rope_theta(config, parts.model_type, r.layer_type))
                 for r in rope_math.distinct(ropes)}
     except LPESError as err:
-        raise LPESError(f"scaling='base': {err}") from None
+        raise LPESError(f"{what}: {err}") from None
 
 
 def set_scales(model: nn.Module, scales: Sequence[float] | float) -> None:
-    """Change the installed scales in place (no re-install, no reload)."""
+    """Change the installed scales in place (no re-install, no reload); 2L numbers under scaling "both"."""
     state = _get_state(model)
-    values = validate_scales(scales, len(state.parts.layers))
-    _check_nope(state, values)
+    values = validate_scales(scales, len(state.parts.layers), state.scaling)
+    _check_factors(state, values)
     state.assign(values)
     setattr(model.config, CONFIG_KEY, list(state.scales))
 
 
 def get_scaling(model: nn.Module) -> str | None:
-    """What the installed scales multiply ("position" or "base"); None when LPES is not installed."""
+    """What the installed scales multiply ("position", "base" or "both"); None when LPES is not installed."""
     state = getattr(model, _STATE_ATTR, None)
     return None if state is None else state.scaling
 

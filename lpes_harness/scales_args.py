@@ -16,17 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lpes_harness.arg_values import number_list, parse_bool, shown
-from lpes_harness.scaling import SCALINGS
+from lpes_harness.scaling import SCALINGS, describe, halves, join_both
 from lpes_harness.scales_file import (
     SAVED_SCALES_KEY,
     ScalesError,
     ScalesFileError,
     model_layer_info,
-    read_scales_file,
-    read_scales_file_scaling,
+    read_scales_and_scaling,
 )
 
 SCALES_FORMS = "a number > 0 (uniform), numbers > 0 separated by ';' (one per layer), or a path to a JSON scales file"
+BOTH_FORMS = ("a scales file of scaling both, or 2L numbers > 0 separated by ';' (the L position factors, then the "
+              "L base factors)")
 SCALES_ARGS = ("scales", "control_points", "curve", "pi", "layer_type", "scaling")
 
 
@@ -36,20 +37,25 @@ def parse_scales(value: Any) -> float | list[float]:
     A number; a list; a string holding a number, numbers separated by ``;``, or the path of a
     scales file. The layer count is checked later (:func:`check_scales`).
     """
+    return _parse_scales(value)[0]
+
+
+def _parse_scales(value: Any) -> tuple[float | list[float], str | None]:
+    """:func:`parse_scales`, and the scaling that a scales file names (None for anything else)."""
     given = f"scales={shown(value)}"
     if isinstance(value, bool) or value is None:
         raise ScalesError(f"{given} is not understood; give {SCALES_FORMS}")
     if isinstance(value, (int, float)):
-        return _positive(float(value), given)
+        return _positive(float(value), given), None
     if isinstance(value, (list, tuple)):
         if not value:
             raise ScalesError(f"{given} is empty; give {SCALES_FORMS}")
-        return [_positive(v, given, index) for index, v in enumerate(value)]
+        return [_positive(v, given, index) for index, v in enumerate(value)], None
     text = str(value).strip()
     given = f"scales={text!r}"
     if os.path.isfile(text) or text.endswith(".json") or os.path.isdir(text):
         try:
-            return read_scales_file(text)
+            return read_scales_and_scaling(text)
         except ScalesFileError as err:
             raise ScalesFileError(f"scales={err}") from None
     try:
@@ -59,8 +65,8 @@ def parse_scales(value: Any) -> float | list[float]:
     if not numbers:
         raise ScalesError(f"{given} is empty; give {SCALES_FORMS}")
     if len(numbers) == 1:
-        return _positive(numbers[0], given)
-    return [_positive(v, given, index) for index, v in enumerate(numbers)]
+        return _positive(numbers[0], given), None
+    return [_positive(v, given, index) for index, v in enumerate(numbers)], None
 
 
 def _positive(value: Any, given: str, index: int | None = None) -> float:
@@ -74,8 +80,22 @@ def _positive(value: Any, given: str, index: int | None = None) -> float:
     return number
 
 
-def check_scales(scales: float | Sequence[float], num_layers: int, given: str = "scales") -> list[float]:
-    """One scale per layer: a single number is used for every layer, a list must have ``num_layers``."""
+def check_scales(scales: float | Sequence[float], num_layers: int, given: str = "scales",
+                 scaling: str = "position") -> list[float]:
+    """One scale per layer: a single number is used for every layer, a list must have ``num_layers``.
+
+    ``scaling="both"``: a list of ``2 * num_layers`` (the position factors, then the base factors)."""
+    if scaling == "both":
+        if isinstance(scales, (int, float)) and not isinstance(scales, bool):
+            raise ScalesError(f"{given} with scaling=both is ambiguous (a position or a base factor?); give {BOTH_FORMS}")
+        values = [float(s) for s in scales]
+        if len(values) != 2 * num_layers:
+            raise ScalesError(
+                f"{given} gives {len(values)} factors but scaling=both takes 2 per decoder layer: this model has "
+                f"{num_layers}, so {2 * num_layers} numbers, the {num_layers} position factors then the "
+                f"{num_layers} base factors"
+            )
+        return values
     if isinstance(scales, (int, float)) and not isinstance(scales, bool):
         return [float(scales)] * num_layers
     values = [float(s) for s in scales]
@@ -101,25 +121,34 @@ class ScalesArgs:
     scaling: str | None = None
     given: dict = field(default_factory=dict)  # argument -> how the user wrote it, for messages
 
+    def scaling_for(self, saved_scaling: str | None = None) -> str:
+        """What the factors multiply: ``scaling=`` or the scales file's; else, when the model's saved
+        scales are used (no ``scales``, no ``control_points``), their ``saved_scaling``; else positions."""
+        from_saved = self.scales is None and self.control_points is None
+        return self.scaling or (saved_scaling if from_saved and saved_scaling else "position")
+
     def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None,
-                     layer_types: Sequence[str] | None = None) -> list[float] | None:
+                     layer_types: Sequence[str] | None = None, scaling: str | None = None) -> list[float] | None:
         """One scale per layer for a model of ``num_layers`` layers, or None (nothing given).
 
         ``saved``: scales kept in the model's config, which ``pi=true`` alone averages.
         ``layer_types``: the model's attention type per layer, which ``layer_type`` needs; the
         check before the model loads has none and checks the rest.
+        ``scaling``: what the factors multiply (:meth:`scaling_for`; default ``self.scaling`` or
+        positions); under ``both`` the result is 2L numbers, the position factors then the base factors.
         """
         from lpes_harness import curves
 
+        scaling = scaling or self.scaling or "position"
         if self.scales is not None:
-            values = check_scales(self.scales, num_layers, self.given["scales"])
+            values = check_scales(self.scales, num_layers, self.given["scales"], scaling)
         elif self.control_points is not None:
             try:
                 values = curves.curve_scales(self.control_points, num_layers, curve=self.curve)
             except ValueError as err:
                 raise ScalesError(f"{self.given['control_points']}: {err}") from None
         elif self.pi and saved:
-            values = check_scales(list(saved), num_layers, f"the model's saved {SAVED_SCALES_KEY}")
+            values = check_scales(list(saved), num_layers, f"the model's saved {SAVED_SCALES_KEY}", scaling)
         elif self.pi:
             raise ScalesError(
                 f"{self.given['pi']} has nothing to average: give scales=... or control_points=... "
@@ -136,10 +165,12 @@ class ScalesArgs:
             if not kept:
                 raise ScalesError(f"{self.given['layer_type']}: this model's layers are of type(s) "
                                   f"{', '.join(dict.fromkeys(layer_types))}")
-        if self.pi:
-            mean = sum(values[i] for i in kept) / len(kept)
-            values = [mean] * num_layers
-        return [values[i] if i in kept else 1.0 for i in range(num_layers)]
+        curves_out = []
+        for curve in halves(values, scaling):  # both: the position factors, then the base factors, alike
+            if self.pi:
+                curve = [sum(curve[i] for i in kept) / len(kept)] * num_layers
+            curves_out.append([curve[i] if i in kept else 1.0 for i in range(num_layers)])
+        return join_both(*curves_out) if scaling == "both" else curves_out[0]
 
 
 def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False,
@@ -168,21 +199,26 @@ def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any
     parsed_pi = parse_bool("pi", pi if pi is not None else False, ScalesError)
     given["pi"] = f"pi={shown(pi)}"
     result = ScalesArgs(curve=parsed_curve, pi=parsed_pi, given=given)
+    in_file = None
     if scales is not None:
         given["scales"] = f"scales={shown(scales.strip() if isinstance(scales, str) else scales)}"
-        result.scales = parse_scales(scales)
+        result.scales, in_file = _parse_scales(scales)
     if scaling is not None:
         given["scaling"] = f"scaling={shown(scaling)}"
         if scaling not in SCALINGS:
-            raise ScalesError(f"{given['scaling']} is not understood; accepted: position (the paper's: layer h reads "
-                              "position i as i / s_h) or base (layer h's RoPE base becomes s_h x theta)")
+            raise ScalesError(f"{given['scaling']} is not understood; accepted: "
+                              + ", ".join(describe(kind) for kind in SCALINGS))
         result.scaling = scaling
-    if isinstance(scales, str) and isinstance(result.scales, list) and os.path.isfile(scales.strip()):
-        in_file = read_scales_file_scaling(scales.strip())
-        if in_file is not None and result.scaling not in (None, in_file):
-            raise ScalesError(f"{given['scaling']} but {given['scales']} holds factors of scaling {in_file!r}; "
-                              f"drop scaling= (the file's applies) or give scaling={in_file}")
-        result.scaling = result.scaling or in_file
+    if in_file is not None and result.scaling not in (None, in_file):
+        raise ScalesError(f"{given['scaling']} but {given['scales']} holds factors of scaling {in_file!r}; "
+                          f"drop scaling= (the file's applies) or give scaling={in_file}")
+    result.scaling = result.scaling or in_file
+    if result.scaling == "both" and isinstance(result.scales, float):
+        raise ScalesError(f"{given['scales']} with scaling=both is ambiguous (a position or a base factor?); "
+                          f"give {BOTH_FORMS}")
+    if result.scaling == "both" and control_points is not None:
+        raise ScalesError(f"control_points={shown(control_points)} make one curve, and scaling=both takes two "
+                          f"(position and base factors); give scales= with {BOTH_FORMS}")
     if control_points is not None:
         given["control_points"] = f"control_points={shown(control_points)}"
         try:
@@ -215,5 +251,6 @@ def check_model_args(model_args: Mapping[str, Any]) -> ScalesArgs:
         return parsed
     info = model_layer_info(model_args.get("pretrained"), model_args.get("gguf_file"), model_args.get("revision"))
     if info is not None:
-        parsed.layer_scales(info["num_layers"], info.get("saved_scales"))
+        parsed.layer_scales(info["num_layers"], info.get("saved_scales"),
+                            scaling=parsed.scaling_for(info.get("saved_scaling")))
     return parsed

@@ -6,14 +6,18 @@ Format (``"format": "lpes-scales/1"``)::
       "format": "lpes-scales/1",
       "scales": [1.5, 1.48, ...],          # one float per decoder layer (required)
       "num_layers": 30,                    # must equal len(scales) when present
-      "scaling": "base",                   # optional: what they multiply, "position" (default) or "base"
+      "scaling": "base",                   # optional: what they multiply, "position" (default), "base" or "both"
+      "base_scales": [2.0, 2.0, ...],      # "both" only (and required there): the base factors, one per layer
       "curve": "bezier",                   # optional: how the scales were made
       "control_points": [[0, 1.5], ...],   # optional
       "model": "SmolLM2-135M-Instruct",    # optional, informational
       "fitness": 0.41                      # optional, informational
     }
 
-A bare JSON list of numbers is accepted too; every scale must be a finite number > 0.
+A bare JSON list of numbers is accepted too; every scale must be a finite number > 0. Under
+``"scaling": "both"`` the file holds each layer's pair: ``scales`` the position factors, ``base_scales``
+the base factors; readers give them as one flat list of 2L numbers, positions first
+(:mod:`lpes_harness.scaling`), and :func:`write_scales_file` takes that list.
 
 What a user gives ``lpes_hf`` for its scales is checked in :mod:`lpes_harness.scales_args`, with
 the layer count that :func:`model_layer_info` reads here from the model's ``config.json`` or
@@ -29,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from lpes_harness.files import atomic_write_text
-from lpes_harness.scaling import SCALINGS
+from lpes_harness.scaling import SCALINGS, join_both, split_both
 
 FORMAT = "lpes-scales/1"
-# rope.CONFIG_KEY: where rope.install keeps the scales in a model's config (rope imports torch).
+# rope.CONFIG_KEY / CONFIG_SCALING_KEY: where rope.install keeps the scales and their scaling in a
+# model's config (rope imports torch).
 SAVED_SCALES_KEY = "lpes_scales"
+SAVED_SCALING_KEY = "lpes_scaling"
 
 
 class ScalesError(ValueError):
@@ -45,7 +51,14 @@ class ScalesFileError(ScalesError):
 
 
 def read_scales_file(path: str | os.PathLike) -> list[float]:
-    """The scales of a file: each a finite number > 0. Errors start with the path (``path:line:`` for JSON)."""
+    """The scales of a file (2L numbers for a ``both`` file: :func:`read_scales_and_scaling`)."""
+    return read_scales_and_scaling(path)[0]
+
+
+def read_scales_and_scaling(path: str | os.PathLike) -> tuple[list[float], str | None]:
+    """A scales file's factors, each a finite number > 0, and its ``scaling`` (None when it names none:
+    a bare list, or a file from before base scaling, i.e. positions). A ``both`` file's factors come
+    as one list, its ``scales`` then its ``base_scales``. Errors start with the path (``path:line:`` for JSON)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -57,6 +70,7 @@ def read_scales_file(path: str | os.PathLike) -> list[float]:
         raise ScalesFileError(f"{path}: not a text (JSON) file") from err
     except json.JSONDecodeError as err:
         raise ScalesFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    scaling, base_scales = None, None
     if isinstance(data, dict):
         if not isinstance(data.get("scales"), list):
             what = "has no 'scales' key" if "scales" not in data else f"has 'scales' {_kind(data['scales'])}"
@@ -68,6 +82,10 @@ def read_scales_file(path: str | os.PathLike) -> list[float]:
             raise ScalesFileError(
                 f"{path}: 'num_layers' is {data['num_layers']!r} but 'scales' has {len(scales)} entries"
             )
+        scaling = data.get("scaling")
+        if scaling is not None and scaling not in SCALINGS:
+            raise ScalesFileError(f"{path}: 'scaling' is {scaling!r}; accepted: {', '.join(SCALINGS)}")
+        base_scales = _base_scales(path, data, scaling, len(scales))
     elif isinstance(data, list):
         scales = data
     else:
@@ -77,20 +95,31 @@ def read_scales_file(path: str | os.PathLike) -> list[float]:
         )
     if not scales:
         raise ScalesFileError(f"{path}: 'scales' is empty; give one number > 0 per decoder layer")
-    for index, value in enumerate(scales):
-        if not _is_number(value) or value <= 0:
-            raise ScalesFileError(f"{path}: scale {index} is {value!r}; every scale must be a finite number > 0")
-    return [float(s) for s in scales]
+    for name, values in (("scale", scales), ("base scale", base_scales or [])):
+        for index, value in enumerate(values):
+            if not _is_number(value) or value <= 0:
+                raise ScalesFileError(f"{path}: {name} {index} is {value!r}; every scale must be a finite number > 0")
+    if base_scales is not None:
+        return join_both(scales, base_scales), scaling
+    return [float(s) for s in scales], scaling
 
 
-def read_scales_file_scaling(path: str | os.PathLike) -> str | None:
-    """A scales file's ``scaling`` ("position" or "base"); None when it names none (a bare list,
-    or a file from before base scaling: positions). Call after :func:`read_scales_file` accepted it."""
-    data = json.loads(Path(path).read_text())
-    value = data.get("scaling") if isinstance(data, dict) else None
-    if value is not None and value not in SCALINGS:
-        raise ScalesFileError(f"{path}: 'scaling' is {value!r}; accepted: {', '.join(SCALINGS)}")
-    return value
+def _base_scales(path: Path, data: dict, scaling: str | None, num_layers: int) -> list | None:
+    """A ``both`` file's ``base_scales``, checked against its ``scales``; None in any other file."""
+    if scaling != "both":
+        if "base_scales" in data:
+            raise ScalesFileError(f"{path}: has 'base_scales' but its 'scaling' is {scaling or 'position'!r}; "
+                                  "base factors beside position factors belong to a file of scaling 'both'")
+        return None
+    base_scales = data.get("base_scales")
+    if not isinstance(base_scales, list):
+        what = "no 'base_scales' key" if base_scales is None else f"'base_scales' {_kind(base_scales)}"
+        raise ScalesFileError(f"{path}: 'scaling' is 'both' but the file has {what}; a 'both' file holds "
+                              "'scales' (the position factors) and 'base_scales' (the base factors), one per layer")
+    if len(base_scales) != num_layers:
+        raise ScalesFileError(f"{path}: 'scales' has {num_layers} position factors but 'base_scales' "
+                              f"{len(base_scales)} base factors; give one of each per decoder layer")
+    return base_scales
 
 
 def _kind(value) -> str:
@@ -108,8 +137,15 @@ def _kind(value) -> str:
 
 
 def write_scales_file(path: str | os.PathLike, scales: list[float], **extra: Any) -> None:
-    """Write atomically: readers never see a half-written file."""
-    document = {"format": FORMAT, "scales": [float(s) for s in scales], "num_layers": len(scales), **extra}
+    """Write atomically: readers never see a half-written file.
+
+    With ``scaling="both"``, ``scales`` is the flat list of 2L factors (positions first): the file
+    holds the position factors as ``scales`` and the base factors as ``base_scales``."""
+    if extra.get("scaling") == "both":
+        positions, bases = split_both(scales)
+        document = {"format": FORMAT, "scales": positions, "base_scales": bases, "num_layers": len(positions), **extra}
+    else:
+        document = {"format": FORMAT, "scales": [float(s) for s in scales], "num_layers": len(scales), **extra}
     atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
@@ -121,7 +157,7 @@ def _is_number(value) -> bool:
 
 
 def model_layer_info(pretrained: Any = None, gguf_file: str | None = None, revision: str | None = None) -> dict | None:
-    """``{"num_layers", "saved_scales", "source"}`` from a model's config.json or GGUF header, or None.
+    """``{"num_layers", "saved_scales", "saved_scaling", "source"}`` from a model's config.json or GGUF header, or None.
 
     Reads a few KB: a local directory's ``config.json``, a ``.gguf`` file's metadata (the bundled
     model's too), or a hub model's ``config.json`` already in the local cache. None when it
@@ -142,7 +178,8 @@ def _model_layer_info(pretrained, gguf_file, revision) -> dict | None:
     if gguf_name:
         path = Path(directory) / gguf_name
         layers = gguf_block_count(path) if path.is_file() else None
-        return None if layers is None else {"num_layers": layers, "saved_scales": None, "source": str(path)}
+        return None if layers is None else {"num_layers": layers, "saved_scales": None, "saved_scaling": None,
+                                            "source": str(path)}
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         from huggingface_hub import try_to_load_from_cache
@@ -156,7 +193,8 @@ def _model_layer_info(pretrained, gguf_file, revision) -> dict | None:
         for key in ("num_hidden_layers", "n_layer", "num_layers"):
             if isinstance(section.get(key), int) and not isinstance(section.get(key), bool):
                 saved = config.get(SAVED_SCALES_KEY)
-                return {"num_layers": section[key], "saved_scales": saved, "source": str(config_path)}
+                return {"num_layers": section[key], "saved_scales": saved,
+                        "saved_scaling": config.get(SAVED_SCALING_KEY) if saved else None, "source": str(config_path)}
     return None
 
 

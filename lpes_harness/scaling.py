@@ -1,10 +1,59 @@
-"""What a layer's factor s_h multiplies (``lpes_hf scaling=``, ``lpes-search --scaling``).
+"""What a layer's factor multiplies (``lpes_hf scaling=``, ``lpes-search --scaling``).
 
 - ``position``, the paper's LPES: layer h reads position i as i / s_h;
-- ``base``: layer h's RoPE base becomes s_h x theta (its layer type's theta), at the true positions.
+- ``base``: layer h's RoPE base becomes s_h x theta (its layer type's theta), at the true positions;
+- ``both``: layer h has a pair (p_h, b_h): base b_h x theta at positions i / p_h.
+
+A ``both`` set of factors travels as one flat list of 2L numbers, the L position factors first,
+then the L base factors: ``[p_0, ..., p_{L-1}, b_0, ..., b_{L-1}]`` (:func:`join_both`,
+:func:`split_both`); all ones is the plain model under every scaling.
 
 :mod:`lpes_harness.rope` applies them; scales files record which (:mod:`lpes_harness.scales_file`).
 A leaf: imports nothing, so torch-free modules and ``rope`` share it without an import cycle.
 """
 
-SCALINGS = ("position", "base")
+SCALINGS = ("position", "base", "both")
+HALVES = ("position", "base")  # the halves of a ``both`` list, in their order
+
+
+def factors_per_layer(scaling: str) -> int:
+    """How many numbers a scaling takes per decoder layer: 2 for ``both``, else 1."""
+    return 2 if scaling == "both" else 1
+
+
+def split_both(flat) -> tuple[list[float], list[float]]:
+    """``[p_0..p_{L-1}, b_0..b_{L-1}]`` -> ``(positions, bases)``."""
+    values = [float(v) for v in flat]
+    if len(values) % 2:
+        raise ValueError(f"a 'both' list holds 2 factors per layer (the position factors, then the base "
+                         f"factors), so an even count; got {len(values)}")
+    half = len(values) // 2
+    return values[:half], values[half:]
+
+
+def join_both(positions, bases) -> list[float]:
+    """``(positions, bases)`` -> the flat ``both`` list ``[p_0..p_{L-1}, b_0..b_{L-1}]``."""
+    positions, bases = [float(v) for v in positions], [float(v) for v in bases]
+    if len(positions) != len(bases):
+        raise ValueError(f"{len(positions)} position factors but {len(bases)} base factors; give one of each per layer")
+    return positions + bases
+
+
+def halves(flat, scaling: str) -> list[list[float]]:
+    """The factors of ``scaling`` as curves over the layers: ``[flat]``, or ``[positions, bases]`` for ``both``."""
+    return list(split_both(flat)) if scaling == "both" else [[float(v) for v in flat]]
+
+
+def identity(scaling: str, num_layers: int) -> list[float]:
+    """The factors that leave the model as it is: ones, one per layer (two for ``both``)."""
+    return [1.0] * (num_layers * factors_per_layer(scaling))
+
+
+def describe(scaling: str) -> str:
+    """What the factors of ``scaling`` do, for messages and axis labels."""
+    return {
+        "position": "position (the paper's: layer h reads position i as i / s_h)",
+        "base": "base (layer h's RoPE base becomes s_h x theta)",
+        "both": "both (layer h has a pair: RoPE base b_h x theta at positions i / p_h; 2L numbers, "
+                "the L position factors then the L base factors)",
+    }[scaling]

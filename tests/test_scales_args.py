@@ -21,7 +21,8 @@ def test_the_bundled_gguf_header_gives_30_layers():
 def test_a_config_without_weights_gives_the_layer_count_and_saved_scales(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 4, SAVED_SCALES_KEY: [1.0, 1.2, 1.4, 1.6]}))
     assert model_layer_info(str(tmp_path)) == {
-        "num_layers": 4, "saved_scales": [1.0, 1.2, 1.4, 1.6], "source": str(tmp_path / "config.json")}
+        "num_layers": 4, "saved_scales": [1.0, 1.2, 1.4, 1.6], "saved_scaling": None,
+        "source": str(tmp_path / "config.json")}
     # pi alone averages the saved scales: not an error for such a model.
     check_model_args({"pretrained": str(tmp_path), "pi": True})
     nested = tmp_path / "nested"

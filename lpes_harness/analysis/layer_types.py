@@ -11,7 +11,8 @@ layers, the sliding ones, or both, and whether scaling the global layers alone k
 writes ``layer_types.{md,json,png}`` (each type's scales and how far they move from 1) and one
 scales file per ablation, ``only_<type>.json`` (the other types' layers at 1), for
 ``python -m lpes_harness.analysis.paired --scales lpes=... --scales only_full_attention=...``.
-Reads the model's config only (no weights).
+A curve of scaling both is reported half by half (position factors, base factors), and its
+ablations keep both halves on the type. Reads the model's config only (no weights).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import sys
 from pathlib import Path
 
 from lpes_harness.files import atomic_write_json, atomic_write_text, save_figure
-from lpes_harness.scales_file import ScalesError, read_scales_file, read_scales_file_scaling, write_scales_file
+from lpes_harness.scales_file import ScalesError, read_scales_and_scaling, write_scales_file
+from lpes_harness.scaling import halves, join_both
 
 
 def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> list[str]:
@@ -75,31 +77,35 @@ def kept_on(scales: list[float], layer_types: list[str], kind: str) -> list[floa
     return [s if t == kind else 1.0 for s, t in zip(scales, layer_types)]
 
 
-def report_markdown(summary: dict, scales_path: str, model: str) -> str:
-    lines = [
-        f"# Which layers the curve moves: `{scales_path}` on {model}", "",
-        "| layer type | layers | mean scale | range | mean distance from 1 |",
-        "|---|---|---:|---|---:|",
-    ]
-    for kind, row in summary.items():
-        lines.append(f"| {kind} | {', '.join(map(str, row['layers']))} | {row['mean']:.3f} | "
-                     f"{row['min']:.3f}-{row['max']:.3f} | {row['mean_abs_change']:.3f} |")
+def report_markdown(summary: dict, scales_path: str, model: str, base_summary: dict | None = None) -> str:
+    """The table of :func:`by_type`; with ``base_summary`` (scaling both), a second for the base factors."""
+    lines = [f"# Which layers the curve moves: `{scales_path}` on {model}"]
+    tables = [("", summary)] if base_summary is None else [("Position factors", summary), ("Base factors", base_summary)]
+    for heading, rows in tables:
+        lines += ["", *([f"## {heading}", ""] if heading else []),
+                  "| layer type | layers | mean scale | range | mean distance from 1 |", "|---|---|---:|---|---:|"]
+        for kind, row in rows.items():
+            lines.append(f"| {kind} | {', '.join(map(str, row['layers']))} | {row['mean']:.3f} | "
+                         f"{row['min']:.3f}-{row['max']:.3f} | {row['mean_abs_change']:.3f} |")
     lines += ["", "Ablations (the other types' layers at 1): "
               + ", ".join(f"`only_{kind}.json`" for kind in summary) + "."]
     return "\n".join(lines) + "\n"
 
 
-def plot_layer_types(scales: list[float], layer_types: list[str], path: Path) -> None:
+def plot_layer_types(scales: list[float], layer_types: list[str], path: Path, base_scales: list[float] | None = None) -> None:
+    """Each layer's scale, marked by type; with ``base_scales`` (scaling both), the base factors too (dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 3.2))
-    axis.plot(range(len(scales)), scales, color="0.6", zorder=1)
-    for kind, marker in zip(dict.fromkeys(layer_types), "os^Dv"):
-        layers = [i for i, t in enumerate(layer_types) if t == kind]
-        axis.scatter(layers, [scales[i] for i in layers], marker=marker, label=kind, zorder=2)
+    curves = [("", scales, "-")] if base_scales is None else [("position: ", scales, "-"), ("base: ", base_scales, "--")]
+    for prefix, values, style in curves:
+        axis.plot(range(len(values)), values, style, color="0.6", zorder=1)
+        for kind, marker in zip(dict.fromkeys(layer_types), "os^Dv"):
+            layers = [i for i, t in enumerate(layer_types) if t == kind]
+            axis.scatter(layers, [values[i] for i in layers], marker=marker, label=prefix + kind, zorder=2)
     axis.axhline(1.0, color="k", linewidth=0.6, linestyle=":")
     axis.set_xlabel("decoder layer")
     axis.set_ylabel("RoPE scale s_h")
@@ -125,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        scales = read_scales_file(args.scales)
-        scaling = read_scales_file_scaling(args.scales) or "position"  # the ablation files scale the same thing
+        scales, scaling = read_scales_and_scaling(args.scales)
+        scaling = scaling or "position"  # the ablation files scale the same thing
     except ScalesError as err:
         raise SystemExit(f"layer_types: error: {err}") from None
     from lpes_harness.models import BundledModelMissing
@@ -135,21 +141,26 @@ def main(argv=None) -> int:
         layer_types = model_layer_types(args.pretrained)
     except (BundledModelMissing, OSError) as err:
         raise SystemExit(f"layer_types: error: --pretrained {args.pretrained}: {err}") from None
+    curves = halves(scales, scaling)  # scaling both: the position factors, then the base factors
     try:
-        summary = by_type(scales, layer_types)
+        summaries = [by_type(curve, layer_types) for curve in curves]
     except ValueError as err:
         raise SystemExit(f"layer_types: error: {args.scales}: {err}") from None
+    summary = summaries[0]
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     model = args.pretrained or "bundled SmolLM2"
     for kind in summary:
-        write_scales_file(output / f"only_{kind}.json", kept_on(scales, layer_types, kind), scaling=scaling,
-                          model=model, note=f"{args.scales} on the {kind} layers only, every other layer at 1")
-    atomic_write_json(output / "layer_types.json", {"scales_file": args.scales, "model": model,
-                                                    "layer_types": layer_types, "by_type": summary}, indent=1)
-    text = report_markdown(summary, args.scales, model)
+        kept = [kept_on(curve, layer_types, kind) for curve in curves]
+        write_scales_file(output / f"only_{kind}.json", join_both(*kept) if scaling == "both" else kept[0],
+                          scaling=scaling, model=model, note=f"{args.scales} on the {kind} layers only, every other layer at 1")
+    record = {"scales_file": args.scales, "model": model, "layer_types": layer_types, "by_type": summary}
+    if scaling == "both":
+        record.update(scaling="both", by_type_base=summaries[1])  # by_type: the position factors
+    atomic_write_json(output / "layer_types.json", record, indent=1)
+    text = report_markdown(summary, args.scales, model, summaries[1] if scaling == "both" else None)
     atomic_write_text(output / "layer_types.md", text)
-    plot_layer_types(scales, layer_types, output / "layer_types.png")
+    plot_layer_types(curves[0], layer_types, output / "layer_types.png", curves[1] if scaling == "both" else None)
     print(text, end="")
     return 0
 

@@ -22,55 +22,93 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
+from lpes_harness.scaling import factors_per_layer, halves, identity
 
 
-def lpes_methods(scales: Sequence[float], uniform: Sequence[float] = (), held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
+def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: Sequence[int] = (),
+                 scaling: str = "position") -> dict[str, list[float]]:
     """The comparison of a searched curve: vanilla (first: the baseline), PI (its mean, uniform),
     the curve itself, and any extra uniform scales.
 
     ``held_layers`` (a search's ``--layer-type``: Gemma-3's sliding-window layers) stay at 1 in the
     PI and uniform rows too, which move the layers the curve could move, as the search's sweep
     did: PI is the curve's mean over those layers, not over the held 1s, which say nothing of it.
+
+    ``scaling="both"``: ``scales`` is the flat 2L list (positions, then bases); PI puts each half's
+    mean on its half, and each ``uniform`` entry is a ``(position, base)`` pair.
     """
-    n = len(scales)
+    curves = halves(scales, scaling)
+    n = len(curves[0])
     held = set(held_layers)
-    moved = [s for layer, s in enumerate(scales) if layer not in held]
+    moved = [layer for layer in range(n) if layer not in held]
     if not moved:
         raise ValueError(f"every layer is held at 1 (held layers {sorted(held)}): nothing is left to scale")
 
-    def uniform_row(value: float) -> list[float]:
-        return [1.0 if layer in held else float(value) for layer in range(n)]
+    def uniform_row(values: Sequence[float]) -> list[float]:
+        return [1.0 if layer in held else float(value) for value in values for layer in range(n)]
 
-    methods = {"vanilla": [1.0] * n, "PI": uniform_row(sum(moved) / len(moved)), "LPES": list(scales)}
-    methods.update({f"uniform {v:g}": uniform_row(v) for v in uniform})
+    pi = [sum(curve[layer] for layer in moved) / len(moved) for curve in curves]
+    methods = {"vanilla": identity(scaling, n), "PI": uniform_row(pi), "LPES": [float(s) for s in scales]}
+    methods.update({uniform_name(value, scaling): uniform_row(uniform_values(value, scaling)) for value in uniform})
     return methods
 
 
+def uniform_values(value, scaling: str) -> tuple[float, ...]:
+    """A uniform row's factor(s): one number, or under scaling both a ``(position, base)`` pair."""
+    if scaling != "both":
+        return (float(value),)
+    if isinstance(value, (int, float, str)) or len(value) != 2:
+        raise ValueError(f"uniform {value!r}: a uniform row of scaling both is a (position, base) pair, e.g. 1.2:1 or 1:2")
+    return float(value[0]), float(value[1])
+
+
+def uniform_name(value, scaling: str = "position") -> str:
+    """The row name of a uniform factor: ``uniform 1.2``; under scaling both ``uniform 1.2:2`` (position:base)."""
+    return "uniform " + ":".join(f"{v:g}" for v in uniform_values(value, scaling))
+
+
+def parse_uniform(text: str, scaling: str = "position") -> list:
+    """``--uniform``: ``0.8,1.2``; under scaling both ``P:B`` pairs, e.g. ``1.2:1,1:2``. Each factor > 0."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [tuple(float(v) for v in item.split(":")) if scaling == "both" else float(item) for item in items]
+        for value in values:
+            uniform_values(value, scaling)
+    except ValueError as err:
+        form = "P:B pairs (position factor:base factor), e.g. 1.2:1,1:2" if scaling == "both" else "numbers, e.g. 0.8,1.2"
+        raise ValueError(f"--uniform {text!r}: give {form} ({err})") from None
+    if any(v <= 0 for value in values for v in uniform_values(value, scaling)):
+        raise ValueError(f"--uniform {text!r}: every factor must be > 0")
+    return values
+
+
 def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | Sequence[str] = True,
-                         uniform: Sequence[float] = (), held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
+                         uniform: Sequence = (), held_layers: Sequence[int] = (),
+                         scaling: str = "position") -> dict[str, list[float]]:
     """Vanilla, then each named curve as ``LPES <name>`` (and its ``PI <name>``): several searches on one sample set.
 
     ``with_pi``: every curve gets its PI row (True), none (False), or only the named curves.
-    ``held_layers``: as in :func:`lpes_methods`, for every PI and uniform row.
+    ``held_layers``: as in :func:`lpes_methods`, for every PI and uniform row; ``scaling`` too.
     """
     pi_for = set(curves) if with_pi is True else set(with_pi or ())
     if pi_for - set(curves):
         raise ValueError(f"PI asked for unknown curves {sorted(pi_for - set(curves))}; the curves are {list(curves)}")
-    n = len(next(iter(curves.values())))
-    if any(len(c) != n for c in curves.values()):
+    size = len(next(iter(curves.values())))
+    if any(len(c) != size for c in curves.values()):
         raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
+    n = size // factors_per_layer(scaling)
     if any(not 0 <= layer < n for layer in held_layers):
         raise ValueError(f"held layers {sorted(held_layers)} are not all among the curves' {n} layers")
     if len(curves) == 1 and pi_for:
-        return lpes_methods(next(iter(curves.values())), uniform, held_layers)
-    methods = {"vanilla": [1.0] * n}
+        return lpes_methods(next(iter(curves.values())), uniform, held_layers, scaling)
+    methods = {"vanilla": identity(scaling, n)}
     for name, scales in curves.items():
-        single = lpes_methods(scales, held_layers=held_layers)
+        single = lpes_methods(scales, held_layers=held_layers, scaling=scaling)
         suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
         if name in pi_for:
             methods[f"PI{suffix}"] = single["PI"]
         methods[f"LPES{suffix}"] = list(scales)
-    methods.update({name: row for name, row in lpes_methods([1.0] * n, uniform, held_layers).items()
+    methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, held_layers, scaling).items()
                     if name.startswith("uniform ")})
     return methods
 
@@ -237,7 +275,8 @@ def main(argv=None) -> None:
     parser.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
     parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
-    parser.add_argument("--uniform", default="", help="extra uniform scales to compare, e.g. 0.8,1.2")
+    parser.add_argument("--uniform", default="", help="extra uniform scales to compare, e.g. 0.8,1.2; for curves of "
+                                                      "scaling both, position:base pairs, e.g. 1.2:1,1:2")
     parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]MODEL[:ARGS]",
                         help="another lm-eval model on the same samples, e.g. 'Ms-PoE rank=mspoe_hf:head_mapping=rank', "
                              "'MoICE=moice_hf:gates=results/moice/smollm2.gates.pt' or buckets_hf (ARGS as in "
@@ -258,34 +297,35 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from lpes_harness.named_path import split_named_path
-    from lpes_harness.scales_file import read_scales_file, read_scales_file_scaling
+    from lpes_harness.scales_file import read_scales_and_scaling
 
     try:
         metadata = json.loads(args.metadata)
         named = [split_named_path(text) for text in args.scales]
-        curves = {(name or (Path(path).parent.name if len(named) > 1 else "LPES")): read_scales_file(path)
+        read = {path: read_scales_and_scaling(path) for _, path in named}
+        curves = {(name or (Path(path).parent.name if len(named) > 1 else "LPES")): read[path][0]
                   for name, path in named}
         if len(curves) != len(named):
             raise ValueError("two --scales have the same name; give them NAME=FILE")
         # One loaded model scores every row, so every curve must scale the same thing.
-        scalings = {path: read_scales_file_scaling(path) or "position" for _, path in named}
+        scalings = {path: read[path][1] or "position" for _, path in named}
         if len(set(scalings.values())) > 1:
             raise ValueError("the --scales files scale different things (" + ", ".join(
-                f"{path}: {kind}" for path, kind in scalings.items()) + "); compare position and base curves "
-                "in two runs, or through lm_eval and lpes-report")
+                f"{path}: {kind}" for path, kind in scalings.items()) + "); compare curves of different scalings "
+                "in separate runs, or through lm_eval and lpes-report")
         scaling = next(iter(scalings.values()))
-        uniform = [float(v) for v in args.uniform.split(",") if v.strip()]
+        uniform = parse_uniform(args.uniform, scaling)
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         held = held_layers_of(args.pretrained, args.layer_type)
-        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held)
+        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held, scaling=scaling)
         baselines = dict(parse_baseline(text) for text in args.baseline)
         if len(baselines) != len(args.baseline) or set(baselines) & set(methods):
             raise ValueError("two rows have the same name; name each --baseline NAME=MODEL[:ARGS]")
         percents = task_positions(args.task)
     except (ValueError, OSError) as err:
         parser.error(str(err))
-    if not isinstance(metadata, dict) or args.num_samples < 1 or any(v <= 0 for v in uniform):
-        parser.error("--metadata must be a JSON object, --num-samples >= 1 and --uniform scales > 0")
+    if not isinstance(metadata, dict) or args.num_samples < 1:
+        parser.error("--metadata must be a JSON object and --num-samples >= 1")
     first = named[0][1]
     recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
     try:

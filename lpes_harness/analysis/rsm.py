@@ -139,11 +139,11 @@ def plot(results: Mapping, path: Path) -> None:
 
 
 def base_scales(args, n_layers: int) -> list[float]:
-    from lpes_harness import curves, rope
+    from lpes_harness import curves, rope_factors
     from lpes_harness.scales_args import parse_scales
 
     if args.scales:
-        return rope.validate_scales(parse_scales(args.scales), n_layers)
+        return rope_factors.validate_scales(parse_scales(args.scales), n_layers)
     points = curves.parse_control_points(args.control_points)
     return curves.curve_scales(points, n_layers, curve=args.curve)
 

@@ -17,13 +17,19 @@ the ``y`` values themselves.
 that moves one attention type only (``--layer-type``). Gemma-3's sliding-window layers break
 under any scale while its three global layers do not (results/gemma3_layer_type_probe), and a
 smooth curve over depth cannot stay at 1 on five layers of every six while it moves the sixth.
+
+Scaling ``both`` (``base_y_min``/``base_y_max``/``base_y_step`` given) has two curves in one
+genome: the position curve's ``num_points`` control points, then the base curve's, each half on
+the same x grid and obeying the same rules, with its own y range (useful base factors, 0.5..8,
+are not useful position factors). Its scales are the flat 2L list of :mod:`lpes_harness.scaling`,
+positions first; :meth:`GenomeSpec.halves` gives each half as a one-curve spec.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from deap import base, creator
@@ -58,13 +64,30 @@ class GenomeSpec:
     brute_force: bool = False
     initial_y: float = 1.5
     held_layers: tuple[int, ...] = ()
+    # Scaling "both": the base curve's y grid and start (None: one curve, position or base).
+    base_y_min: float | None = None
+    base_y_max: float | None = None
+    base_y_step: float | None = None
+    base_initial_y: float | None = None
 
     def __post_init__(self):
         if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 2:
             raise ValueError(f"num_layers must be an integer >= 2, got {self.num_layers!r}")
-        if not (0 < self.y_min <= self.y_max and math.isfinite(self.y_max)):
-            raise ValueError(f"y range must satisfy 0 < y_min <= y_max, got [{self.y_min}, {self.y_max}]")
-        for name in ("x_step", "y_step"):
+        base_range = (self.base_y_min, self.base_y_max, self.base_y_step)
+        if any(v is None for v in base_range) and not all(v is None for v in (*base_range, self.base_initial_y)):
+            raise ValueError(f"the base curve (scaling both) needs base_y_min, base_y_max and base_y_step together, "
+                             f"got {base_range} (and base_initial_y {self.base_initial_y})")
+        if self.both and self.brute_force:
+            raise ValueError("brute-force mode has one gene per layer for one scaling; with a base curve "
+                             "(scaling both) search control points instead")
+        if self.both and self.base_initial_y is None:
+            object.__setattr__(self, "base_initial_y", 1.0)
+        prefixes = ("", "base_") if self.both else ("",)
+        for prefix in prefixes:
+            low, high = getattr(self, f"{prefix}y_min"), getattr(self, f"{prefix}y_max")
+            if not (0 < low <= high and math.isfinite(high)):
+                raise ValueError(f"{prefix}y range must satisfy 0 < {prefix}y_min <= {prefix}y_max, got [{low}, {high}]")
+        for name in ("x_step", *(f"{prefix}y_step" for prefix in prefixes)):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
@@ -88,6 +111,49 @@ class GenomeSpec:
                 f"(step {self.x_step}) of a {self.num_layers}-layer model, which has {self.x_cells + 1} positions"
             )
 
+    # ------------------------------------------------------------------ the halves
+    @property
+    def both(self) -> bool:
+        """Two curves in one genome (scaling both): position factors, then base factors."""
+        return self.base_y_min is not None
+
+    @property
+    def genome_length(self) -> int:
+        """Control points in a genome: ``num_points``, twice over for scaling both."""
+        return self.num_points * (2 if self.both else 1)
+
+    def halves(self) -> tuple["GenomeSpec", ...]:
+        """One-curve specs of the genome's halves: ``(self,)``, or for scaling both ``(position, base)``,
+        each with its own y range and start, everything else shared."""
+        if not self.both:
+            return (self,)
+        position = replace(self, base_y_min=None, base_y_max=None, base_y_step=None, base_initial_y=None)
+        base = replace(position, y_min=self.base_y_min, y_max=self.base_y_max, y_step=self.base_y_step,
+                       initial_y=self.base_initial_y)
+        return position, base
+
+    def split(self, genome: Sequence) -> list[list]:
+        """The genome's halves (one list, or the position curve's points and the base curve's)."""
+        k = self.num_points
+        return [list(genome)] if not self.both else [list(genome[:k]), list(genome[k:])]
+
+    def starting_at(self, position_y: float | None = None, base_y: float | None = None) -> "GenomeSpec":
+        """This spec with the initial genome at ``position_y`` (the ``initial_y``) and, for scaling both,
+        ``base_y`` (the ``base_initial_y``), each snapped onto its half's y grid (a sweep's best start)."""
+        changes = {}
+        if position_y is not None:
+            changes["initial_y"] = self.halves()[0].snap_y(position_y)
+        if base_y is not None:
+            if not self.both:
+                raise ValueError("base_y starts the base curve, which only a spec of scaling both has")
+            changes["base_initial_y"] = self.halves()[1].snap_y(base_y)
+        return replace(self, **changes)
+
+    def snap_y(self, y: float) -> float:
+        """``y`` clipped into ``[y_min, y_max]`` and rounded onto the y grid."""
+        j = round((min(max(y, self.y_min), self.y_max) - self.y_min) / self.y_step)
+        return self.y_of(min(max(j, 0), self.y_cells))
+
     # ------------------------------------------------------------------- the grid
     @property
     def x_cells(self) -> int:
@@ -106,14 +172,23 @@ class GenomeSpec:
         return round(self.y_min + j * self.y_step, _DECIMALS)
 
     def to_cells(self, genome: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
-        return [(round(x / self.x_step), round((y - self.y_min) / self.y_step)) for x, y in genome]
+        """Grid cells of the points (each half on its own y grid)."""
+        return [(round(x / half.x_step), round((y - half.y_min) / half.y_step))
+                for half, points in zip(self.halves(), self.split(genome)) for x, y in points]
 
     def from_cells(self, cells: Sequence[tuple[int, int]]) -> Genome:
-        return [(self.x_of(i), self.y_of(j)) for i, j in cells]
+        return [(half.x_of(i), half.y_of(j)) for half, part in zip(self.halves(), self.split(cells)) for i, j in part]
 
     # ------------------------------------------------------------------ validity
     def violations(self, genome: Sequence[Sequence[float]]) -> list[str]:
-        """Why ``genome`` is not a valid gene (empty list when it is)."""
+        """Why ``genome`` is not a valid gene (empty list when it is); scaling both: each half's, named."""
+        if self.both:
+            if len(genome) != self.genome_length:
+                return [f"has {len(genome)} points, expected {self.genome_length} (the position curve's "
+                        f"{self.num_points}, then the base curve's {self.num_points})"]
+            return [f"{name} curve: {problem}" for name, half, points in zip(("position", "base"), self.halves(),
+                                                                             self.split(genome))
+                    for problem in half.violations(points)]
         problems = []
         if len(genome) != self.num_points:
             problems.append(f"has {len(genome)} points, expected {self.num_points}")
@@ -134,7 +209,11 @@ class GenomeSpec:
 
     # ---------------------------------------------------------------- phenotype
     def scales(self, genome: Sequence[Sequence[float]]) -> list[float]:
-        """Layer scales of a genome: the curve through its control points, or the genes themselves."""
+        """Layer scales of a genome: the curve through its control points, or the genes themselves.
+
+        Scaling both: 2L, the position curve's scales then the base curve's."""
+        if self.both:
+            return [s for half, points in zip(self.halves(), self.split(genome)) for s in half.scales(points)]
         if self.brute_force:
             scales = [float(y) for _, y in genome]
         else:
@@ -145,10 +224,26 @@ class GenomeSpec:
 
     def uniform(self, value: float) -> list[float]:
         """One scale on every layer the search moves (the sweep's uniform points)."""
+        if self.both:
+            raise ValueError("a uniform point of scaling both is a pair: uniform_pair(position, base)")
         return [1.0 if layer in self.held_layers else float(value) for layer in range(self.num_layers)]
 
+    def uniform_pair(self, position: float = 1.0, base: float = 1.0) -> list[float]:
+        """Scaling both: ``position`` on every moved layer's position factor and ``base`` on its base
+        factor (held layers at 1 in both halves); the flat 2L list. ``uniform_pair(s)``: position
+        factor s with base 1, ``uniform_pair(base=b)``: base factor b at the true positions."""
+        if not self.both:
+            raise ValueError("uniform_pair is for a spec of scaling both; use uniform(value)")
+        moved = [layer not in self.held_layers for layer in range(self.num_layers)]
+        return [float(value) if m else 1.0 for value in (position, base) for m in moved]
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "held_layers": list(self.held_layers)}  # as JSON gives it back
+        """As JSON gives it back; a one-curve spec's has no ``base_*`` keys (the dict it always had)."""
+        fields = asdict(self)
+        if not self.both:
+            for name in ("base_y_min", "base_y_max", "base_y_step", "base_initial_y"):
+                del fields[name]
+        return {**fields, "held_layers": list(self.held_layers)}
 
 
 def make_individual(genome: Sequence[Sequence[float]]):
@@ -161,8 +256,11 @@ def initial_genome(spec: GenomeSpec) -> Genome:
 
     ``y`` is ``spec.initial_y`` (1.5 by default) clipped into ``[y_min, y_max]``, because the
     paper's 1.5 may fall outside the y range chosen for a model. In brute-force mode every
-    layer gets that ``y``.
+    layer gets that ``y``. Scaling both: each half's own start (``initial_y``, ``base_initial_y``),
+    the position curve's points then the base curve's (:meth:`GenomeSpec.starting_at` moves them).
     """
+    if spec.both:
+        return [point for half in spec.halves() for point in initial_genome(half)]
     y = min(max(spec.initial_y, spec.y_min), spec.y_max)
     j = round((y - spec.y_min) / spec.y_step)
     j = min(max(j, 0), spec.y_cells)
@@ -191,8 +289,10 @@ def random_brute_force_genome(spec: GenomeSpec, rng: random.Random) -> Genome:
 def random_genome(spec: GenomeSpec, rng: random.Random) -> Genome:
     """A uniformly random valid genome on the grid: distinct x cells in increasing order, each y any cell.
 
-    Brute-force mode: :func:`random_brute_force_genome` (every layer's y drawn).
+    Brute-force mode: :func:`random_brute_force_genome` (every layer's y drawn). Scaling both: each half drawn so.
     """
+    if spec.both:
+        return [point for half in spec.halves() for point in random_genome(half, rng)]
     if spec.brute_force:
         return random_brute_force_genome(spec, rng)
     xs = sorted(rng.sample(range(spec.x_cells + 1), spec.num_points))

@@ -21,8 +21,13 @@
   In both, y moves are independent per point, each redrawn on its own until in bounds
   (uniform over the clipped interval). A mutant equal to its parent is redrawn, so every
   mutant is a new individual.
+
+  A genome of scaling ``both`` is two curves: each half moves as above within its own limits
+  (the x steps are shared; the base curve's y by at most ``My_base``, by default as many of
+  its y steps as ``My`` is of the position curve's), and the whole mutant is redrawn while it
+  equals its parent.
 * ``mate``: single-point crossover. A random index ``k`` is drawn and control point ``k`` is
-  swapped between the parents, giving two children; the valid, new ones (not equal to a
+  swapped between the parents (under scaling ``both``: a point of one half, swapped within that half), giving two children; the valid, new ones (not equal to a
   parent) are returned, and the loop evaluates them and keeps the fitter (:func:`fitter`,
   the first child on a tie). Up to ``N_ct`` indices are tried. **Fallback:** when no try gives a valid new child (e.g. the
   parents are identical, or every swap breaks the x order), the child is a mutant of the
@@ -74,37 +79,30 @@ def x_intervals(xs: list[int], steps: int, last_cell: int, mode: str = "paper") 
     return [range(max(lo + 1, x - steps), min(hi - 1, x + steps) + 1) for lo, x, hi in zip(before, xs, after)]
 
 
-def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, max_dy: float, mode: str = "paper"):
+def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, max_dy: float, mode: str = "paper",
+           max_dy_base: float | None = None):
     """DEAP-style in-place mutation; returns ``(individual,)`` with its fitness invalidated.
 
     ``mode`` is ``"paper"`` (Equation 4: each x stays between its old neighbours) or
     ``"joint"`` (wider: each x anywhere in ``[0, L-1]`` within ``Mx``); see the module docstring.
+    ``max_dy_base``: scaling both, the base curve's My (default: as many of its y steps as ``max_dy``
+    is of the position curve's).
     """
     check_mutation(mode)
     problems = spec.violations(individual)
     if problems:
         raise ValueError(f"cannot mutate an invalid genome {list(individual)}: {'; '.join(problems)}")
-    cells = spec.to_cells(individual)
-    sx = 0 if spec.brute_force else grid_steps(max_dx, spec.x_step)
-    sy = grid_steps(max_dy, spec.y_step)
-    if sx == 0 and sy == 0:
-        raise ValueError(
-            f"mutation cannot move anything: Mx={max_dx} is below the x step {spec.x_step} (or x is fixed) "
-            f"and My={max_dy} is below the y step {spec.y_step}"
-        )
-    xs = [i for i, _ in cells]
-    ranges = x_intervals(xs, sx, spec.x_cells, mode) if sx else [range(x, x + 1) for x in xs]
-    ways = _count_placements(ranges)
-    if ways[0] and sum(ways[0].values()) == 1 and (sy == 0 or spec.y_cells == 0):
-        raise ValueError(
-            f"mutation cannot move {list(individual)}: no x move of at most {max_dx} keeps x strictly increasing "
-            f"({mode} mode) and y cannot move (My={max_dy}, y range [{spec.y_min}, {spec.y_max}], step {spec.y_step})"
-        )
+    halves = spec.halves()
+    steps_y = [grid_steps(max_dy, spec.y_step)]
+    if spec.both:
+        steps_y.append(steps_y[0] if max_dy_base is None else grid_steps(max_dy_base, spec.base_y_step))
+    shown_dy = [max_dy, max_dy_base if max_dy_base is not None else round(steps_y[-1] * halves[-1].y_step, 10)]
+    draws = [_half_draw(half, points, max_dx, sy, mode, shown_dy[n], "base curve: " if n else "")
+             for n, (half, points, sy) in enumerate(zip(halves, spec.split(individual), steps_y))]
+    parent = [cells for _, cells in draws]
     for _ in range(MAX_MUTATION_DRAWS):
-        new_xs = _draw_xs(ranges, ways, rng) if sx else xs
-        ys = [_draw_y(j, sy, spec.y_cells, rng) for _, j in cells]
-        moved = list(zip(new_xs, ys))
-        if moved != cells:
+        moved = [draw(rng) for draw, _ in draws]
+        if moved != parent:
             break
     else:
         raise RuntimeError(
@@ -112,9 +110,34 @@ def mutate(individual, *, spec: GenomeSpec, rng: random.Random, max_dx: float, m
             f"(moves of at most {max_dx} in x and {max_dy} in y, y range [{spec.y_min}, {spec.y_max}]); "
             "widen the mutation steps or the y range"
         )
-    individual[:] = spec.from_cells(moved)
+    individual[:] = [point for half, cells in zip(halves, moved) for point in half.from_cells(cells)]
     del individual.fitness.values
     return (individual,)
+
+
+def _half_draw(spec: GenomeSpec, points, max_dx: float, sy: int, mode: str, max_dy, label: str):
+    """One curve's mutation: ``(draw(rng) -> moved cells, its cells now)``; refuses a curve nothing can move."""
+    cells = spec.to_cells(points)
+    sx = 0 if spec.brute_force else grid_steps(max_dx, spec.x_step)
+    if sx == 0 and sy == 0:
+        raise ValueError(
+            f"{label}mutation cannot move anything: Mx={max_dx} is below the x step {spec.x_step} (or x is fixed) "
+            f"and My={max_dy} is below the y step {spec.y_step}"
+        )
+    xs = [i for i, _ in cells]
+    ranges = x_intervals(xs, sx, spec.x_cells, mode) if sx else [range(x, x + 1) for x in xs]
+    ways = _count_placements(ranges)
+    if ways[0] and sum(ways[0].values()) == 1 and (sy == 0 or spec.y_cells == 0):
+        raise ValueError(
+            f"{label}mutation cannot move {list(points)}: no x move of at most {max_dx} keeps x strictly increasing "
+            f"({mode} mode) and y cannot move (My={max_dy}, y range [{spec.y_min}, {spec.y_max}], step {spec.y_step})"
+        )
+
+    def draw(rng: random.Random) -> list[tuple[int, int]]:
+        new_xs = _draw_xs(ranges, ways, rng) if sx else xs
+        return list(zip(new_xs, [_draw_y(j, sy, spec.y_cells, rng) for _, j in cells]))
+
+    return draw, cells
 
 
 def _count_placements(ranges: list[range]) -> list[dict[int, int]]:
@@ -194,22 +217,25 @@ def build_toolbox(
     crossover_tries: int = 4,
     num_parents: int = 12,
     mutation: str = "paper",
+    max_dy_base: float | None = None,
 ) -> base.Toolbox:
     """A DEAP toolbox with ``clone``, ``mutate``, ``mate`` and ``select`` bound to one search.
 
     The operators only vary (as in DEAP's ``eaSimple``): ``toolbox.mutate(toolbox.clone(parent))``
     returns ``(mutant,)`` and ``toolbox.mate(p1, p2)`` the children (see :func:`crossover`), none
     of them evaluated. The loop registers ``evaluate`` (a pure function of the layer scales) and
-    assigns the fitness itself.
+    assigns the fitness itself. ``max_dy_base``: the base curve's My under scaling both (:func:`mutate`).
     """
     if crossover_tries < 1:
         raise ValueError(f"crossover_tries (N_ct) must be >= 1, got {crossover_tries}")
-    if max_dx < 0 or max_dy < 0:
-        raise ValueError(f"mutation steps must be >= 0, got Mx={max_dx}, My={max_dy}")
+    if max_dx < 0 or max_dy < 0 or (max_dy_base is not None and max_dy_base < 0):
+        raise ValueError(f"mutation steps must be >= 0, got Mx={max_dx}, My={max_dy}"
+                         + ("" if max_dy_base is None else f", My_base={max_dy_base}"))
     check_mutation(mutation)  # now, not at the first mutant
     toolbox = base.Toolbox()
     toolbox.register("clone", make_individual)
-    toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy, mode=mutation)
+    toolbox.register("mutate", mutate, spec=spec, rng=rng, max_dx=max_dx, max_dy=max_dy, mode=mutation,
+                     max_dy_base=max_dy_base)
     toolbox.register("mate", crossover, spec=spec, rng=rng, mutate_fallback=toolbox.mutate, max_tries=crossover_tries)
     toolbox.register("select", tools.selBest, k=num_parents)
     return toolbox
