@@ -116,6 +116,53 @@ def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
     _save_figure(figure, Path(path))
 
 
+def plot_condition_scores(path, generation_stats: Sequence[dict]) -> None:
+    """A search over conditions: each condition's score of the generation's best individual."""
+    from matplotlib.ticker import MaxNLocator
+
+    rows = [(s["generation"], s["best_scores"]) for s in generation_stats if isinstance(s.get("best_scores"), dict)]
+    names = list(dict.fromkeys(name for _, scores in rows for name in scores))
+    figure = _figure(figsize=(6, 3.5))
+    axes = figure.add_subplot()
+    for k, name in enumerate(names):
+        points = [(g, scores[name]) for g, scores in rows if scores.get(name) is not None]
+        axes.plot([g for g, _ in points], [v for _, v in points], "o-", color=f"C{k}", label=name)
+    axes.set_xlabel("generation")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel("condition fitness of the best individual")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    _save_figure(figure, Path(path))
+
+
+def plot_uniform_points(points: Sequence[Mapping], path, chosen: str | None = None,
+                        title: str = "uniform factors (search split)") -> None:
+    """Fitness against a uniform factor, one line per kind (position, base); raced-out points hollow."""
+    figure = _figure(figsize=(5.6, 3.6))
+    axes = figure.add_subplot()
+    kinds = list(dict.fromkeys(p.get("kind", "position") for p in points))
+    for k, kind in enumerate(kinds):
+        mine = sorted((p for p in points if p.get("kind", "position") == kind), key=lambda p: p["value"])
+        complete = [p for p in mine if not (p.get("info") or {}).get("raced")]
+        raced = [p for p in mine if (p.get("info") or {}).get("raced")]
+        axes.plot([p["value"] for p in complete], [p["fitness"] for p in complete], "o-", color=f"C{k}",
+                  label=f"{kind} factor")
+        if raced:
+            axes.plot([p["value"] for p in raced], [p["fitness"] for p in raced], "o", mfc="none", color=f"C{k}",
+                      label=f"{kind}: raced out (upper bound)")
+    for p in points:
+        if p.get("label") == chosen:
+            axes.plot([p["value"]], [p["fitness"]], "*", ms=14, color="C3", label=f"best: {chosen}")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("factor on every layer (log scale)")
+    axes.set_ylabel("fitness")
+    axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=7)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    _save_figure(figure, Path(path))
+
+
 def plot_positions(series: Mapping[str, Sequence[tuple[int, float]]], title: str, path) -> None:
     """Accuracy (0..1, drawn in %) by gold position, one line per name."""
     figure = _figure(figsize=(5, 3.5))

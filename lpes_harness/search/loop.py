@@ -295,12 +295,21 @@ class GeneticSearch:
             "best_scales": list(best.scales),
             "processed": self.processed,
         }
+        scores = (getattr(best, "info", None) or {}).get("scores")
+        if isinstance(scores, dict):
+            stats["best_scores"] = scores  # per role, or per condition: what the plots draw by generation
         if self.spec.num_layers >= 3:
-            stats["best_smoothness"] = smoothness(best.scales)
-            stats["mean_smoothness"] = sum(smoothness(i.scales) for i in population) / len(population)
+            stats["best_smoothness"] = self._smoothness(best.scales)
+            stats["mean_smoothness"] = sum(self._smoothness(i.scales) for i in population) / len(population)
         self.generation_stats.append(stats)
         self._boundary = self._snapshot()
         self._call_hooks("on_generation_end", stats)
+
+    def _smoothness(self, scales) -> float:
+        """Smoothness of a curve; of a ``both`` genome's two curves, the mean (never across the seam)."""
+        n = self.spec.num_layers
+        parts = [scales[k * n:(k + 1) * n] for k in range(len(scales) // n)]
+        return sum(smoothness(part) for part in parts) / len(parts)
 
     def result(self) -> dict:
         return {
