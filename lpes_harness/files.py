@@ -1,15 +1,55 @@
 """Atomic file writes: a reader (or a resumed run) never sees a half-written file.
 
 Each write goes to a temporary file in the target's folder, is flushed to disk, then
-renamed over the target (``os.replace`` is atomic on one file system).
+renamed over the target (``os.replace`` is atomic on one file system). A journal line
+(:func:`append_jsonl`) is appended in one ``write``: it is there whole or not at all.
+
+:func:`kill_point` is the test hook that kills a process at a chosen point, to show that a
+run killed there resumes as if nothing happened (``tests/test_search_kill.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
+
+KILL_ENV = "LPES_TEST_KILL_AT"
+_kill_counts: dict[str, int] = {}
+
+
+def kill_point(name: str) -> None:
+    """Test hook: with ``LPES_TEST_KILL_AT=NAME:N`` in the environment, the ``N``-th time this
+    process passes point ``NAME`` it kills itself with SIGKILL (no cleanup, no ``finally``), as
+    a crash, an out-of-memory kill or ``kill -9`` would. Without the variable (always, outside
+    tests) it does nothing.
+
+    Points: ``sweep`` (a sweep point journalled), ``individual`` (an individual journalled in
+    ``checkpoint.jsonl``), ``generation`` (the checkpoint written at a generation's end) and
+    ``score-cache`` (a block of held-out scores saved in ``scores.cache.json``).
+    """
+    wanted = os.environ.get(KILL_ENV)
+    if not wanted:
+        return
+    point, _, count = wanted.partition(":")
+    if point != name:
+        return
+    _kill_counts[name] = _kill_counts.get(name, 0) + 1
+    if _kill_counts[name] == int(count or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def append_jsonl(path: str | os.PathLike, record) -> None:
+    """Append ``record`` as one JSON line, in a single ``write``: a kill leaves the line whole or
+    absent (and :func:`read_jsonl` skips a torn last line all the same)."""
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

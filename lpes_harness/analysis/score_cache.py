@@ -103,7 +103,9 @@ class ScoreCache:
         return block
 
     def put(self, scales: Sequence[float] | str, percent: int, docs: Sequence[Mapping] | None, values: Sequence[float]) -> None:
-        from lpes_harness.files import atomic_write_json
+        """Keep ``values`` (the first samples' scores) for these scales at ``percent``: the whole file
+        is rewritten atomically, so a kill leaves the file before or after this block, never half of it."""
+        from lpes_harness.files import atomic_write_json, kill_point
 
         if docs is not None:
             self._check_samples(percent, docs, len(values))
@@ -112,3 +114,4 @@ class ScoreCache:
                 self.fingerprints[str(int(percent))] = saved + [self.fingerprint(d) for d in docs[len(saved): len(values)]]
         self.blocks[self.key(scales, percent)] = list(values)
         atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
+        kill_point("score-cache")  # test hook (lpes_harness.files.kill_point): a kill between two blocks

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from lpes_harness.files import atomic_write_json, atomic_write_text, read_jsonl
+from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
 from lpes_harness.plots import plot_curve, plot_fitness
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 
@@ -85,9 +85,11 @@ class CheckpointCallback(Callback):
         if callbacks:
             line["callbacks"] = callbacks
         _append_line(self.journal, line)
+        kill_point("individual")  # test hook (lpes_harness.files.kill_point): a kill mid-generation
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._write(search)
+        kill_point("generation")  # test hook: a kill between two generations
 
     def on_exception(self, search: GeneticSearch, error: BaseException) -> None:
         self._write(search)  # what a resume needs, as of the last processed individual
@@ -125,12 +127,7 @@ class HistoryCallback(Callback):
 
 
 def _append_line(path: Path, record: dict) -> None:
-    data = (json.dumps(record) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)  # one write: a line is either there whole or not at all
-    finally:
-        os.close(fd)
+    append_jsonl(path, record)  # one write: a line is either there whole or not at all
 
 
 class ProgressCallback(Callback):

@@ -238,7 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
     out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
-    out.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
+    out.add_argument("--resume", action="store_true",
+                     help="continue the run in --output where it stopped, with its own settings (read from its "
+                          "config.json): no other flag is needed; one given again must keep its value, except "
+                          "--generations, which may grow")
     out.add_argument("--overwrite", action="store_true", help="start afresh even if --output holds a run")
     out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     out.add_argument("--heldout-samples", type=int, default=0,
@@ -258,19 +261,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = _read_config(parser, args.config) if args.config else {}
-    profile = config.get("profile", args.profile) if args.profile == "auto" else args.profile
+    # --resume: the run's own settings, as its config.json recorded them ({} for a folder made
+    # before runs recorded them: its flags must be given again).
+    saved = _saved_settings(parser, args) if args.resume else {}
+    below = {**saved, **config}  # what lies beneath the command line
+    profile = below.get("profile", args.profile) if args.profile == "auto" else args.profile
     if profile not in ("auto", *PROFILES):
         parser.error(f"--config {args.config}: profile {profile!r} is not one of auto, {', '.join(PROFILES)}")
     if profile == "auto":  # the command line wins over the config file
-        dtype = args.dtype if args.dtype != "auto" else config.get("dtype", "auto")
+        dtype = args.dtype if args.dtype != "auto" else below.get("dtype", "auto")
         try:
-            dtype = requested_dtype(dtype, args.model_args or config.get("model_args", ""))
+            dtype = requested_dtype(dtype, args.model_args or below.get("model_args", ""))
         except ValueError as err:
             parser.error(str(err))
-        profile = _auto_profile(args.device or config.get("device"), dtype, args.pretrained or config.get("pretrained"))
-    # Precedence: command line > config file > profile > the flags' own (paper) defaults. The
-    # profile's held-out size is left open (None) until the search's size is known.
+        profile = _auto_profile(args.device or below.get("device"), dtype, args.pretrained or below.get("pretrained"))
+    # Precedence: command line > config file > the resumed run's saved settings > profile > the
+    # flags' own (paper) defaults. The profile's held-out size is left open (None) until the
+    # search's size is known.
     parser.set_defaults(**{**PROFILES[profile], "heldout_samples": None})
+    parser.set_defaults(**saved)
     parser.set_defaults(**config)
     args = parser.parse_args(argv)
     args.profile = profile
@@ -284,6 +293,63 @@ def parse_args(argv=None) -> argparse.Namespace:
     # --metadata: adding num_needles must not silently drop the haystack size.
     args.metadata = {**PROFILES[profile].get("metadata", {}), **args.metadata}
     return args
+
+
+# Flags that say how to run this command, not what the run is: never saved, never restored.
+NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress"})
+RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
+
+
+def settings_record(args: argparse.Namespace) -> dict:
+    """The run's settings under their flag names, as ``config.json``'s ``"settings"`` keeps them for
+    ``--resume``: every flag of :func:`build_parser` (but :data:`NOT_SAVED`) with the value this
+    run has, after profile, config file and command line. Generic over the parser: a flag added
+    later is saved and restored with no further edit (a run saved before it existed gets the
+    flag's default on resume)."""
+    flags = {action.dest for action in build_parser()._actions if action.dest != "help"} - NOT_SAVED
+    return json.loads(json.dumps({name: getattr(args, name) for name in sorted(flags) if hasattr(args, name)},
+                                 default=str))
+
+
+def run_folder(args: argparse.Namespace) -> Path:
+    """The folder a run writes to (``--output``, else ``results/<run name>``)."""
+    return Path(args.output or Path("results") / (args.run_name or f"{args.task}_{args.curve}_seed{args.seed}"))
+
+
+def read_run_record(folder: Path) -> dict | None:
+    """The run's ``config.json``, or None when there is none; ValueError when it is not JSON."""
+    path = Path(folder) / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: not a run record (a JSON object)")
+    return record
+
+
+def _saved_settings(parser, args) -> dict:
+    """The settings a ``--resume`` restores from the run folder's ``config.json`` (unknown names,
+    e.g. of a flag since removed, are left out); {} for a folder made before they were recorded.
+
+    Without ``--output`` or ``--run-name`` the folder is known only once the settings are: the
+    flags' values decide it (``results/<task>_<curve>_seed<seed>``), and nothing is restored."""
+    if not (args.output or args.run_name):
+        return {}
+    folder = run_folder(args)
+    try:
+        record = read_run_record(folder)
+    except ValueError as err:
+        parser.exit(2, f"{parser.prog}: error: --resume {folder}: {err}\n")
+    if record is None:
+        if not (folder / "checkpoint.json").is_file():
+            parser.exit(2, f"{parser.prog}: error: --resume: no run in {folder} to continue (no {RUN_RECORD}, "
+                           "no checkpoint.json)\n")
+        return {}
+    known = {action.dest for action in parser._actions} - NOT_SAVED
+    return {name: value for name, value in (record.get("settings") or {}).items() if name in known}
 
 
 def profile_heldout_samples(profile: str, num_samples) -> int:

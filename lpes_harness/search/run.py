@@ -10,7 +10,14 @@ Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
 - ``generations.jsonl`` best / mean fitness and smoothness per generation;
 - ``curve.png``, ``fitness.png``;
 - ``checkpoint.json``   the full search state at every generation's end, and ``checkpoint.jsonl``
-                        one line per individual since (``--resume`` reads both).
+                        one line per individual since (``--resume`` reads both);
+- ``sweep.json``        the uniform sweep, and while it runs ``sweep.jsonl``, one line per point.
+
+``config.json`` is written once the model is loaded, before the sweep: from then on the folder
+holds a run that ``--resume --output DIR`` continues with the settings recorded there
+(``"settings"``, :func:`lpes_harness.search.cli.settings_record`) and checks against the
+recorded fingerprint; nothing scored is lost to a kill (sweep points, individuals and held-out
+blocks are each on disk as soon as they are scored).
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.files import atomic_write_json
+from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
 from lpes_harness.models import choose_dtype, default_device
 from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
-from lpes_harness.search.cli import parse_args
+from lpes_harness.search.cli import RUN_RECORD, parse_args, read_run_record, run_folder, settings_record
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint, mismatches
 from lpes_harness.search.fitness import FitnessConfig
@@ -72,12 +79,20 @@ def run(args: argparse.Namespace) -> dict:
     from lpes_harness.search.genome import GenomeSpec
 
     launched = time.perf_counter()  # the wall time a user waits: model load and sweep included
-    output = Path(args.output or Path("results") / (args.run_name or f"{args.task}_{args.curve}_seed{args.seed}"))
+    settings = settings_record(args)  # as given: before the sweep moves args.initial_y
+    output = run_folder(args)
     checkpoint_path = output / "checkpoint.json"
-    if checkpoint_path.exists() and not (args.resume or args.overwrite):
-        raise SystemExit(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
-    if args.resume and not checkpoint_path.exists():
-        raise SystemExit(f"--resume: no checkpoint at {checkpoint_path}")
+    record_path = output / RUN_RECORD
+    holds_run = checkpoint_path.exists() or record_path.exists()
+    if holds_run and not (args.resume or args.overwrite):
+        _fail(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
+    if args.resume and not holds_run:
+        _fail(f"--resume: no run in {output} to continue (no {RUN_RECORD}, no checkpoint.json)")
+    try:
+        record = read_run_record(output) if args.resume else None
+    except ValueError as err:
+        _fail(f"--resume {output}: {err}")
+    resume_search = args.resume and checkpoint_path.exists()  # else a resume before the search began
 
     config = SearchConfig.from_settings(args)  # the flags have the config's names
     fitness_config = FitnessConfig(
@@ -89,13 +104,7 @@ def run(args: argparse.Namespace) -> dict:
     args.dtype_chosen = choose_dtype(args.dtype_requested, args.device or default_device())
     current = fingerprint({**vars(args), **vars(fitness_config), "dtype": args.dtype_chosen})
     if args.resume:  # before anything is loaded or written: a resume never mixes two experiments
-        saved = load_checkpoint(checkpoint_path).get("fingerprint")
-        problems = mismatches(saved, current) if saved else ["the checkpoint has no fingerprint (made before it existed)"]
-        if problems:
-            for line in problems:
-                print(f"lpes-search: error: --resume {output}: the checkpoint was made with different settings: "
-                      f"{line}", file=sys.stderr)
-            raise SystemExit(2)
+        _check_resume(output, record, load_checkpoint(checkpoint_path) if resume_search else None, current)
     if args.heldout_samples:
         _check_heldout_cache(output, args)
     if args.threads:
@@ -116,16 +125,38 @@ def run(args: argparse.Namespace) -> dict:
           f"{'on' if fitness.chat_template else 'off'}; task {args.task}, positions {fitness_config.positions}", flush=True)
     from lpes_harness.analysis.paired import task_positions
 
-    # The held-out table scores every position of the task for vanilla, LPES and --heldout-extra's
-    # rows: PI, and at worst the sweep's best uniform scale (left out when it is 1).
-    heldout_methods = 2 + ("pi" in args.heldout_extra) + bool(args.sweep_values and "uniform" in args.heldout_extra)
-    print_estimate(config, fitness, args.sweep_values,
-                   heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
     spec = GenomeSpec(
         num_layers=n_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
         y_step=args.y_step, curve=args.curve, brute_force=args.brute_force, initial_y=args.initial_y,
         held_layers=_held_layers(lm, args.layer_type),
     )
+
+    def run_record() -> dict:
+        return {
+            "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "search": config.to_dict(), "genome": spec.to_dict(),
+            "fitness": dict(vars(fitness_config)),
+            "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
+                      "model_args": args.model_args, "num_layers": n_layers,
+                      "dtype": args.dtype_chosen, "dtype_requested": args.dtype},
+            "chat_template": fitness.chat_template,
+            "sweep": args.sweep_values, "heldout_samples": args.heldout_samples,
+            "processes": context.world, "profile": args.profile,
+            "settings": settings,  # what `--resume --output DIR` restores
+            "fingerprint": current,  # what it compares before the search has a checkpoint
+        }
+
+    if not resume_search:
+        # From here on the folder holds a run that --resume continues: before the sweep and the
+        # start-up timing, so that nothing they score is lost to a kill.
+        if not args.resume:
+            _clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
+        _write_config(record_path, args.resume, run_record())
+    # The held-out table scores every position of the task for vanilla, LPES and --heldout-extra's
+    # rows: PI, and at worst the sweep's best uniform scale (left out when it is 1).
+    heldout_methods = 2 + ("pi" in args.heldout_extra) + bool(args.sweep_values and "uniform" in args.heldout_extra)
+    print_estimate(config, fitness, args.sweep_values,
+                   heldout_methods * len(task_positions(args.task)) * args.heldout_samples)
     sweep = None
     if args.sweep_values:
         sweep = _load_or_run_sweep(output, args, fitness, spec)
@@ -133,6 +164,8 @@ def run(args: argparse.Namespace) -> dict:
         spec = dataclasses.replace(spec, initial_y=args.initial_y)
         print(f"sweep: best uniform scale {sweep['best']:g} -> the search starts from y = {args.initial_y:g} "
               f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
+        if not resume_search:
+            _record_genome(record_path, spec)  # the genome the search starts from
     callbacks = [
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
@@ -145,23 +178,13 @@ def run(args: argparse.Namespace) -> dict:
         if not (point.get("info") or {}).get("raced"):  # a complete sweep point is a known fitness
             search.cache[cache_key(spec.uniform(point["scale"]), config.cache_decimals)] = (point["fitness"], point["info"])
     try:
-        if args.resume:
+        if resume_search:
             # Before any file is written: a checkpoint made with other settings changes nothing.
             try:
                 search.load_state_dict(load_checkpoint(checkpoint_path))
             except ValueError as err:
-                raise SystemExit(f"--resume {output}: {err}") from None
-        _write_config(output / "config.json", args.resume, {
-            "command": " ".join(shlex.quote(a) for a in sys.argv),
-            "search": config.to_dict(), "genome": spec.to_dict(),
-            "fitness": dict(vars(fitness_config)),
-            "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
-                      "model_args": args.model_args, "num_layers": n_layers,
-                      "dtype": args.dtype_chosen, "dtype_requested": args.dtype},
-            "chat_template": fitness.chat_template,
-            "sweep": args.sweep_values, "heldout_samples": args.heldout_samples,
-            "processes": context.world, "profile": args.profile,
-        })
+                _fail(f"--resume {output}: {err}")
+            _write_config(record_path, True, run_record())
         started = time.perf_counter()
         result = search.run()
     finally:
@@ -183,14 +206,72 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
+def _fail(message: str):
+    """One line on stderr, exit status 2 (as the command line's own errors)."""
+    print(f"lpes-search: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _check_resume(output: Path, record: dict | None, checkpoint: dict | None, current: dict) -> None:
+    """Refuse, before anything is written and with exit status 2, a resume whose settings differ from
+    the run's: one line per difference (so one changed flag is one line), compared with the
+    checkpoint's fingerprint or, before the search has a checkpoint (a kill in the sweep), with the
+    one ``config.json`` recorded. A folder from before runs recorded their settings gets one line
+    that says to give its flags again."""
+    saved = (checkpoint or record or {}).get("fingerprint")
+    what = "the checkpoint was" if checkpoint is not None else "the run was"
+    problems = mismatches(saved, current) if saved else [f"{'the checkpoint' if checkpoint else 'the run'} has no "
+                                                         "fingerprint (made before it existed)"]
+    if not problems:
+        return
+    prefix = f"--resume {output}: {what} made with different settings: "
+    if not (record or {}).get("settings"):
+        # A folder from before runs recorded their settings: the flags not given took their
+        # defaults, so many may differ; one line says what to do.
+        command = (record or {}).get("command")
+        _fail(prefix + "; ".join(problems) + " (this run folder was made before runs recorded their settings for "
+              "--resume: give its flags again" + (f", as in its command: {command})" if command else ")"))
+    for line in problems[:-1]:  # one line per difference: one changed flag is one line
+        print(f"lpes-search: error: {prefix}{line}", file=sys.stderr)
+    _fail(prefix + problems[-1])
+
+
+# What a fresh start (a new run, or --overwrite) removes first: the state a resume would read.
+RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json")
+
+
+def _clear_run_state(output: Path) -> None:
+    for name in RUN_STATE:
+        (output / name).unlink(missing_ok=True)
+
+
 def _write_config(path: Path, resume: bool, record: dict) -> None:
-    """config.json is the first run's record; a resume appends to its ``resumes`` list, never replaces it."""
+    """config.json is the first run's record; a resume appends to its ``resumes`` list, never replaces it.
+
+    Only ``settings`` and ``fingerprint``, what the next ``--resume`` restores and compares, become
+    this run's (they differ only where a resume may differ: a grown ``--generations``, ``--threads``,
+    ...; the resume's entry lists them under ``changed``)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
     if resume and path.exists():
         first = json.loads(path.read_text())
-        first.setdefault("resumes", []).append({"command": record["command"], "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        entry = {"command": record["command"], "at": now}
+        previous = first.get("settings") or {}
+        changed = {name: {"saved": previous[name], "now": value} for name, value in record["settings"].items()
+                   if name in previous and previous[name] != value}
+        if changed:
+            entry["changed"] = changed
+        first.setdefault("resumes", []).append(entry)
+        first["settings"], first["fingerprint"] = record["settings"], record["fingerprint"]
         atomic_write_json(path, first)
     else:
-        atomic_write_json(path, {**record, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        atomic_write_json(path, {**record, "started": now})
+
+
+def _record_genome(path: Path, spec: GenomeSpec) -> None:
+    """config.json's ``genome`` once the sweep has chosen the start (``initial_y``)."""
+    record = json.loads(path.read_text())
+    if record.get("genome") != spec.to_dict():
+        atomic_write_json(path, {**record, "genome": spec.to_dict()})
 
 
 def _heldout_cache(output: Path, args):
@@ -268,20 +349,37 @@ def _held_layers(lm, layer_type: str | None) -> tuple[int, ...]:
 
 
 def _load_or_run_sweep(output: Path, args, fitness, spec: GenomeSpec) -> dict:
-    """The sweep of this run: read back on --resume (same values), else scored now and saved."""
-    path = output / "sweep.json"
+    """The sweep of this run: read back on --resume (same values), else scored now and saved.
+
+    Each point is journalled in ``sweep.jsonl`` as soon as it is scored: a sweep killed part way
+    resumes with the points it had (they are not scored again), and ``sweep.json`` replaces the
+    journal once the sweep is complete."""
+    path, journal = output / "sweep.json", output / "sweep.jsonl"
     if args.resume and path.exists():
         saved = json.loads(path.read_text())
         if [p["scale"] for p in saved["points"]] == sorted(args.sweep_values):
+            journal.unlink(missing_ok=True)  # left by a kill between the two
             return saved
-    print(f"sweep: uniform scales {', '.join(f'{v:g}' for v in args.sweep_values)}", flush=True)
-    sweep = run_sweep(fitness, args.sweep_values, spec.uniform)
+    known = {}
+    if args.resume:  # the run's settings were checked: its journal holds points of this very sweep
+        known = {line["scale"]: (line["fitness"], line["info"]) for line in read_jsonl(journal)
+                 if line.get("scale") in args.sweep_values}
+    else:
+        journal.unlink(missing_ok=True)
+    print(f"sweep: uniform scales {', '.join(f'{v:g}' for v in args.sweep_values)}"
+          f"{f' ({len(known)} scored before the stop, read back from {journal.name})' if known else ''}", flush=True)
+
+    def journal_point(point: dict) -> None:
+        append_jsonl(journal, point)
+        kill_point("sweep")  # test hook (lpes_harness.files.kill_point): a kill in the sweep
+
+    sweep = run_sweep(fitness, args.sweep_values, spec.uniform, known=known, on_point=journal_point)
     for point in sweep["points"]:
         info = point["info"] or {}
         print(f"  uniform {point['scale']:g}: fitness {point['fitness']:.4f}{' (raced out)' if info.get('raced') else ''} "
               f"{info.get('scores')}", flush=True)
-    output.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, sweep)
+    journal.unlink(missing_ok=True)
     return sweep
 
 

@@ -16,7 +16,7 @@ the best so far, so a value that wrecks the model costs only a few samples.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -40,22 +40,33 @@ def parse_sweep(text) -> list[float]:
     return sorted(set(values), key=lambda v: (abs(v - 1.0), v))
 
 
-def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list[float]]) -> dict:
+def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list[float]], *,
+              known: Mapping[float, tuple[float, dict]] | None = None,
+              on_point: Callable[[dict], None] | None = None) -> dict:
     """Score each uniform scale; ``evaluate(scales, threshold) -> (fitness, info)``.
 
     ``uniform(value)`` gives the layer scales of one value (:meth:`GenomeSpec.uniform`: the layers
     a ``--layer-type`` search holds stay at 1).
+
+    ``known``: ``{scale: (fitness, info)}`` of points scored before (a killed sweep's journal, read
+    back on resume); they are taken as they are, not evaluated again, and each later point is
+    raced against the same threshold as in an uninterrupted sweep. ``on_point(point)`` is called
+    after each newly scored point (the search journals it there).
 
     Returns ``{"points": [{"scale", "fitness", "info"}...] (in scale order), "best": scale}``.
     A raced-out point's fitness is an upper bound below the best, marked in its info.
     """
     if not values:
         raise ValueError("the sweep needs at least one scale")
+    known = {float(scale): point for scale, point in (known or {}).items()}
     points, best = [], None
     for value in values:
         threshold = -math.inf if best is None else best["fitness"]
-        fitness, info = evaluate(uniform(float(value)), threshold)
+        scored_before = float(value) in known
+        fitness, info = known[float(value)] if scored_before else evaluate(uniform(float(value)), threshold)
         point = {"scale": float(value), "fitness": float(fitness), "info": info}
+        if not scored_before and on_point is not None:
+            on_point(point)
         points.append(point)
         complete = not (info or {}).get("raced")
         if complete and (best is None or fitness > best["fitness"]):

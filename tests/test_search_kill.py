@@ -1,0 +1,199 @@
+"""A search killed with SIGKILL anywhere continues with `--resume --output DIR` alone as if nothing happened.
+
+`lpes-search` runs as a subprocess on a tiny random model and kills itself (SIGKILL, through the
+test hook :func:`lpes_harness.files.kill_point`, ``LPES_TEST_KILL_AT=POINT:N``) during the sweep,
+between two generations, mid-generation and during the held-out table, one kill per process;
+each time it is resumed with ``--resume --output DIR`` and no other flag. Its history, best
+curve, sweep and held-out table must equal an uninterrupted run's with the same seed, and every
+JSON file must parse after each kill. The same for ``analysis.paired``'s score cache.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.files import KILL_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+GA = str(REPO / "searches" / "ga.py")
+TIMINGS = ("seconds", "eval_seconds")  # wall times differ from run to run; nothing else may
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_kill"), "llama")
+
+
+def search_flags(checkpoint):
+    # logprob fitness: a random tiny model never answers right, but its log-probs differ per genome.
+    # 4 + 2 x 3 individuals, a 2-point sweep, 2 held-out samples at each of kv_retrieval's 6 positions.
+    return [
+        "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32", "--threads", "1", "--fitness", "logprob",
+        "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}', "--num-samples", "2", "--chunk-size", "2",
+        "--population", "4", "--parents", "2", "--mutants", "1", "--crossovers", "1", "--generations", "2",
+        "--seed", "5", "--sweep", "1,0.8", "--heldout-samples", "2", "--heldout-extra", "pi", "--no-progress",
+    ]  # fmt: skip
+
+
+def launch(command, kill=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != KILL_ENV}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **({KILL_ENV: kill} if kill else {}))
+    return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def resume(output, *flags, kill=None):
+    return launch([GA, "--resume", "--output", str(output), *flags], kill=kill)
+
+
+def without_timings(value):
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+def lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()] if Path(path).exists() else []
+
+
+def assert_every_file_parses(output):
+    """After a kill: every JSON file whole, every JSON-lines journal whole line by line."""
+    for path in Path(output).iterdir():
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            lines(path)
+    assert not list(Path(output).glob(".*.tmp")), "a temporary file of an atomic write was left behind"
+
+
+def outcome(output):
+    """What a run must reproduce: every individual, every generation, the best curve, sweep, held-out table."""
+    output = Path(output)
+    return {
+        "history": without_timings(lines(output / "history.jsonl")),
+        "generations": lines(output / "generations.jsonl"),
+        "scales": without_timings(json.loads((output / "scales.json").read_text())),
+        "best": without_timings(json.loads((output / "result.json").read_text())["best"]),
+        "sweep": without_timings(json.loads((output / "sweep.json").read_text())),
+        "heldout": json.loads((output / "heldout.json").read_text()),
+        "scores": json.loads((output / "scores.cache.json").read_text()),
+    }
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(checkpoint, tmp_path_factory):
+    output = tmp_path_factory.mktemp("uninterrupted") / "run"
+    done = launch([GA, *search_flags(checkpoint), "--output", str(output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output
+
+
+def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint, uninterrupted, tmp_path):
+    output = tmp_path / "run"
+    # During the sweep: its first point is on disk, the folder holds config.json and the journal.
+    killed = launch([GA, *search_flags(checkpoint), "--output", str(output)], kill="sweep:1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert_every_file_parses(output)
+    assert sorted(p.name for p in output.iterdir()) == ["config.json", "sweep.jsonl"]
+    assert len(lines(output / "sweep.jsonl")) == 1 and "settings" in json.loads((output / "config.json").read_text())
+
+    # Between generations 0 and 1 (the first generation end of this process).
+    killed = resume(output, kill="generation:1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "1 scored before the stop" in killed.stdout  # the sweep's first point was not scored again
+    assert_every_file_parses(output)
+    assert len(lines(output / "generations.jsonl")) == 1 and len(lines(output / "history.jsonl")) == 4
+    assert not (output / "sweep.jsonl").exists() and json.loads((output / "checkpoint.json").read_text())[
+        "completed_generation"] == 0
+
+    # Mid-generation 1: two of its individuals journalled.
+    killed = resume(output, kill="individual:2")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert_every_file_parses(output)
+    assert len(lines(output / "generations.jsonl")) == 1 and len(lines(output / "checkpoint.jsonl")) == 2
+
+    # During the held-out table: the search is done, two blocks of held-out scores are saved.
+    killed = resume(output, kill="score-cache:2")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert_every_file_parses(output)
+    assert (output / "result.json").exists() and not (output / "heldout.json").exists()
+    assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 2
+
+    done = resume(output)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_every_file_parses(output)
+    resumed, expected = outcome(output), outcome(uninterrupted)
+    indices = [record["index"] for record in resumed["history"]]
+    assert indices == list(range(len(indices)))  # nobody journalled twice, nobody left out
+    for key in expected:
+        assert resumed[key] == expected[key], key
+    record = json.loads((output / "config.json").read_text())
+    assert [entry["command"].split()[1:] for entry in record["resumes"]] == [["--resume", "--output", str(output)]] * 4
+
+
+def test_resume_errors_are_one_line_with_status_2_and_change_no_file(checkpoint, uninterrupted, tmp_path, capsys,
+                                                                    monkeypatch):
+    from lpes_harness.search.run import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # main() sets it otherwise, for the rest of this process
+
+    def refused(argv):
+        """In this process: every refusal comes before the model loads."""
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1, err
+        return err
+
+    output = tmp_path / "copy"
+    shutil.copytree(uninterrupted, output)
+    before = {p.name: p.read_bytes() for p in output.iterdir()}
+    resume_here = ["--resume", "--output", str(output)]
+    assert "different settings: search.seed: saved 5, now 6" in refused([*resume_here, "--seed", "6"])
+    assert "search.generations: saved 2, now 1 (it may only grow)" in refused([*resume_here, "--generations", "1"])
+    assert "different settings: fitness.num_samples: saved 2, now 3" in refused([*resume_here, "--num-samples", "3"])
+    assert "no run in" in refused(["--resume", "--output", str(tmp_path / "nothing")])
+    assert "already holds a run: pass --resume" in refused([*search_flags(checkpoint), "--output", str(output)])
+    assert {p.name: p.read_bytes() for p in output.iterdir()} == before
+
+    # A run folder made before runs recorded their settings: one line that says to give its flags again ...
+    record = json.loads((output / "config.json").read_text())
+    old = {k: v for k, v in record.items() if k not in ("settings", "fingerprint")}
+    (output / "config.json").write_text(json.dumps(old))
+    err = refused(resume_here)
+    assert "made before runs recorded their settings" in err and old["command"] in err
+    # ... and with them given again it continues, and records them for the next --resume (the
+    # held-out table's size is no part of the search: it may change, here to none).
+    done = launch([GA, *search_flags(checkpoint), "--output", str(output), "--resume", "--heldout-samples", "0"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((output / "config.json").read_text())["settings"] == {**record["settings"], "heldout_samples": 0}
+    assert lines(output / "history.jsonl") == lines(uninterrupted / "history.jsonl")
+
+
+def test_a_paired_comparison_killed_mid_run_resumes_from_its_score_cache(checkpoint, uninterrupted, tmp_path):
+    """``analysis.paired`` on the uninterrupted search's curve and samples: killed after 7 of its 18
+    blocks (vanilla, PI, LPES at 6 positions) and run again, it ends with the very scores and table
+    that the search's own (uninterrupted) held-out stage made from the same code, samples and model."""
+    output = tmp_path / "paired"
+    command = ["-m", "lpes_harness.analysis.paired", "--scales", str(uninterrupted / "scales.json"),
+               "--pretrained", checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
+               "--num-samples", "2", "--threads", "1", "--output", str(output)]
+    killed = launch(command, kill="score-cache:7")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert_every_file_parses(output)
+    assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 7
+    done = launch(command)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((uninterrupted / "scores.cache.json").read_text())
+    assert json.loads((output / "scores.cache.json").read_text()) == expected
+    table = json.loads((output / "heldout.json").read_text())
+    reference = json.loads((uninterrupted / "heldout.json").read_text())
+    assert table["table"] == reference["table"] and table["scored"]["scores"] == reference["scored"]["scores"]
