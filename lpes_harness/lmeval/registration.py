@@ -34,6 +34,9 @@ LAZY_MODELS = {
     "mspoe_hf": "lpes_harness.baselines.mspoe:MsPoELM",
     "buckets_hf": "lpes_harness.baselines.buckets:BucketsLM",
     "moice_hf": "lpes_harness.baselines.moice:MoICELM",
+    "poshidden_hf": "lpes_harness.baselines.poshidden:PosHiddenLM",
+    "fitm_hf": "lpes_harness.baselines.fitm:FitMLM",
+    "string_hf": "lpes_harness.baselines.string_shift:StringLM",
 }
 
 # Models whose arguments are lpes_hf's (scales, control_points, curve, pi).

@@ -1,0 +1,196 @@
+"""``string_hf``: STRING, shifted rotary position ids (An et al., "Why does the effective context length
+of LLMs fall short?", ICLR 2025), on lm-eval's HFLM.
+
+    lm_eval --model string_hf --tasks multi_needle                                  # S = 0.33 x 8192: no shift on 1k prompts
+    lm_eval --model string_hf --model_args "shifted_offset=256,local_window=64" --tasks multi_needle
+
+Large relative distances were rarely trained. In every layer, a query at distance ``d`` from a
+key keeps ``d`` when ``d < S`` (``shifted_offset``) and reads ``d - S + W`` otherwise
+(``W``: ``local_window``): the far keys are seen at well-trained distances from ``W`` on, the near
+ones as before. Done by rotating each query twice, at its position ``i`` and at ``i - S + W``,
+and taking, per key, the score of the rotation its distance calls for; the keys (and the KV
+cache) keep their true positions, so cached decoding is the same computation as a full forward.
+
+Facts from the authors' code (HKUNLP/STRING, ``string_for_llama.py``, ``README.md``,
+``ruler/test_ruler_llama.py``) and our choices:
+
+- **Defaults.** ``S = shifted_ratio x L`` with ``shifted_ratio`` 0.33 (the README: 0.25-0.4) and
+  ``L`` the model's trained context, ``max_position_embeddings`` (the README's
+  ``L = config.max_position_embeddings``; the RULER script uses its test length), ``W = 128``.
+  On SmolLM2 (8192) that is ``S = 2703``: a 1k-token prompt has no distance that large, so the
+  shift changes nothing there; ``shifted_offset=256,local_window=64`` (about a third of such a
+  prompt) would. Gemma-3-270M: 32768, ``S = 10813``.
+- **Attention factor.** The reference multiplies its cos/sin cache, hence queries and keys, by
+  ``1 + 0.1 ln 2`` ("STRING makes the attention map smooth ... similar with YaRN"), so every
+  attention logit by its square (1.143), near keys too. Kept as ``attention_factor`` (default
+  that value; 1 turns it off). So at the default S a short prompt still sees sharper attention.
+- **Off.** ``shifted_offset=0`` (or ``shifted_ratio=0``) is the plain model, bit for bit: the
+  reference does not patch the model then (``if shifted_offset > 1``), factor included.
+- **The boundary.** The reference's prefill counts the key at distance exactly ``S`` in both
+  parts (its window is ``[0, S]`` inclusive, its shifted part ``>= S``), its decoding in the
+  shifted part only; we follow the paper and the decoding path: ``d >= S`` is shifted.
+- Every layer, every head, as the reference. Its flash-attention merge of two kernels (by
+  log-sum-exp) is one softmax here over scores chosen per key: the same numbers.
+- **Families.** The rewritten attention is the baselines' Llama-style one (Llama, Mistral,
+  Qwen2/3, Gemma, Gemma-3, Granite; the reference patches Llama, Mistral, Qwen2); the second
+  rotation uses each layer's own RoPE (Gemma-3's per layer type, llama3 / dynamic NTK as the
+  model's call chose them).
+
+Cost: no extra forward; per layer a second query rotation and a second ``q k^T`` (the attention
+is computed by hand, float32 softmax, instead of the model's fused kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from torch import nn
+
+from lpes_harness import rope_anatomy
+from lpes_harness.baselines import attention, model_checks, query_rows, rope_math
+from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.baselines.parameters import Parameter
+from lpes_harness.models import hflm_model_args
+
+NAME = "string_hf"
+DESCRIPTION = ("STRING (An et al. 2025): relative distances d >= S read as d - S + W in every layer "
+               "(the far, rarely trained distances replaced by well-trained ones)")
+REFERENCE_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
+PARAMETERS = (
+    Parameter("shifted_offset", default=None, identity=0, low=0, integer=True,
+              help="S in tokens; default shifted_ratio x trained_length; 0: the plain model"),
+    Parameter("shifted_ratio", default=0.33, identity=0.0, low=0.0, high=1.0,
+              help="S as a share of trained_length (default max_position_embeddings)"),
+    Parameter("local_window", default=128, identity=None, low=0, integer=True, help="W: where shifted distances start"),
+    Parameter("attention_factor", default=REFERENCE_ATTENTION_FACTOR, identity=None, low=0.1, high=10.0,
+              help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2"),
+)
+SHIFTED_OFFSET, SHIFTED_RATIO, LOCAL_WINDOW, ATTENTION_FACTOR = PARAMETERS
+
+
+@dataclass
+class _State:
+    parts: rope_anatomy.RoPEParts
+    shifted_offset: int
+    local_window: int
+    attention_factor: float
+    recorder: rope_math.PositionRecorder
+
+
+_STATE_ATTR = "_string_state"
+
+
+def resolve_offset(shifted_offset: Any, shifted_ratio: Any, local_window: Any, trained_length: int | None) -> tuple[int, int]:
+    """``(S, W)``: S given, or ``shifted_ratio x trained_length``; checked (``S = 0``, or ``S >= W``)."""
+    window = LOCAL_WINDOW.check(local_window, NAME)
+    if shifted_offset is None:
+        ratio = SHIFTED_RATIO.check(shifted_ratio, NAME)
+        if ratio and not trained_length:
+            raise BaselineError(f"{NAME}: the model's config has no max_position_embeddings; give shifted_offset=<tokens>")
+        offset = int(ratio * trained_length) if ratio else 0
+    else:
+        offset = SHIFTED_OFFSET.check(shifted_offset, NAME)
+    if offset and offset < window:
+        raise BaselineError(f"{NAME}: shifted_offset={offset} is below local_window={window}; the shift is S - W, "
+                            f"so give shifted_offset >= local_window (or 0: the plain model)")
+    return offset, window
+
+
+def _forward(state: _State, layer_rope: rope_math.LayerRoPE):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
+                **kwargs):
+        layer_cache = attention.layer_cache(past_key_values, cache)
+        batch, q_len = hidden_states.shape[:2]
+        query, key, value = attention.projections(self, hidden_states)
+        cos, sin = (t.unsqueeze(1) for t in position_embeddings)
+        near, key = rope_math.apply_rope(query, cos, sin), rope_math.apply_rope(key, cos, sin)
+        positions = state.recorder.position_ids.to(hidden_states.device)
+        shifted_positions = positions - state.shifted_offset + state.local_window
+        cos2, sin2 = rope_math.cos_sin(shifted_positions, layer_rope.inv_freq, layer_rope.attention_scaling, query.dtype)
+        far = rope_math.apply_rope(query, cos2.unsqueeze(1), sin2.unsqueeze(1))
+        if layer_cache is not None:
+            key, value = layer_cache.update(key, value, self.layer_idx)
+        groups = query.shape[1] // key.shape[1]
+        keys, values = attention.repeat_heads(key, groups).float(), attention.repeat_heads(value, groups)
+        kv_len = keys.shape[2]
+        shifted = query_rows.relative_distance(q_len, kv_len, query.device) >= state.shifted_offset
+        scores = torch.where(shifted, far.float() @ keys.transpose(-1, -2), near.float() @ keys.transpose(-1, -2))
+        scores = scores * (self.scaling * state.attention_factor**2)
+        weights = query_rows.masked_softmax(scores, query_rows.visible_keys(attention_mask, q_len, kv_len, query.device))
+        output = torch.matmul(weights, values.float()).to(value.dtype).transpose(1, 2)
+        return self.o_proj(output.reshape(batch, q_len, -1).contiguous()), None
+
+    return forward
+
+
+def install(model: nn.Module, shifted_offset: Any = None, local_window: Any = 128,
+            attention_factor: Any = REFERENCE_ATTENTION_FACTOR, shifted_ratio: Any = 0.33,
+            trained_length: int | None = None) -> nn.Module:
+    """Shift every layer's far distances (``S`` = ``shifted_offset``, or ``shifted_ratio`` x
+    ``trained_length``, default the config's ``max_position_embeddings``). ``S = 0`` changes nothing."""
+    if getattr(model, _STATE_ATTR, None) is not None:
+        raise BaselineError(f"{NAME} is already installed on this model; call string_shift.remove(model) first")
+    factor = ATTENTION_FACTOR.check(attention_factor, NAME)
+    attention.check_attention_implementation(model, NAME)
+    parts, ropes = model_checks.check_model(model, NAME, rewrites_attention=True)
+    config = rope_anatomy.decoder_config(parts, model)
+    offset, window = resolve_offset(shifted_offset, shifted_ratio, local_window,
+                                    trained_length or getattr(config, "max_position_embeddings", None))
+    state = _State(parts, offset, window, factor, recorder=None)  # type: ignore[arg-type]
+    if offset:
+        state.recorder = rope_math.PositionRecorder(parts)
+        for layer, layer_rope in zip(parts.layers, ropes):
+            attention.replace_attention_forward(layer.self_attn, _forward(state, layer_rope))
+    setattr(model, _STATE_ATTR, state)
+    return model
+
+
+def remove(model: nn.Module) -> nn.Module:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is not None:
+        if state.recorder is not None:
+            for layer in state.parts.layers:
+                attention.restore_attention_forward(layer.self_attn)
+            state.recorder.remove()
+        delattr(model, _STATE_ATTR)
+    return model
+
+
+def get_state(model: nn.Module) -> _State:
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        raise BaselineError(f"{NAME} is not installed on this model; call string_shift.install(model) first")
+    return state
+
+
+@register_model(NAME)
+class StringLM(HFLM):
+    """HFLM with STRING.
+
+    ``--model_args``: ``shifted_offset`` (S in tokens; 0 is the plain model) or ``shifted_ratio``
+    (default 0.33 of ``trained_length``, default the config's ``max_position_embeddings``),
+    ``local_window`` (W, 128), ``attention_factor`` (1 + 0.1 ln 2); every HFLM argument.
+    """
+
+    def __init__(self, pretrained: Any = None, shifted_offset: Any = None, shifted_ratio: Any = 0.33,
+                 local_window: Any = 128, attention_factor: Any = REFERENCE_ATTENTION_FACTOR,
+                 trained_length: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
+        model_args = hflm_model_args(pretrained, gguf_file, device)
+        ATTENTION_FACTOR.check(attention_factor, NAME)  # before the (slow) model load
+        length = None if trained_length is None else Parameter("trained_length", None, None, low=1, integer=True).check(
+            trained_length, NAME)
+        resolve_offset(shifted_offset, shifted_ratio, local_window, length or 1)
+        super().__init__(**model_args, **kwargs)
+        install(self.model, shifted_offset, local_window, attention_factor, shifted_ratio, length)
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        state = get_state(self.model)
+        info["string"] = {"shifted_offset": state.shifted_offset, "local_window": state.local_window,
+                          "attention_factor": state.attention_factor if state.shifted_offset else 1.0}
+        return info

@@ -1,0 +1,541 @@
+"""The three training-free rivals of issue #45 as lm-eval models, on tiny random models built in code.
+
+Positional hidden-state scaling (``poshidden_hf``), Found-in-the-Middle attention calibration
+(``fitm_hf``) and STRING (``string_hf``): each one's identity setting is the plain model bit for
+bit, a real setting changes the logits (and only where the method says), cached decoding equals
+one forward over the whole sequence, families they cannot run on are refused in one line, bad
+arguments are one line, and the channel statistic writes a file ``poshidden_hf`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.models.huggingface import HFLM
+from tiny_models import random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
+
+from lpes_harness.baselines import fitm, poshidden, poshidden_channel, string_shift
+from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.baselines.fitm import FitMLM
+from lpes_harness.baselines.poshidden import PosHiddenLM
+from lpes_harness.baselines.string_shift import StringLM
+
+ARCHS = ("llama", "qwen2", "mistral", "gemma3")
+DUMMY = [5, 6, 7]
+
+
+def build(arch: str, **kwargs):
+    return tiny_gemma3(**kwargs) if arch == "gemma3" else tiny_model(arch, **kwargs)
+
+
+def logits(model, ids, **kwargs):
+    with torch.no_grad():
+        return model(ids, **kwargs).logits
+
+
+def left_padded(length=24, batch=2, pad=4):
+    ids = random_ids(length, batch=batch)
+    mask = torch.ones_like(ids)
+    mask[0, :pad] = 0
+    return ids, mask
+
+
+# ----------------------------------------------------------------------------- identity and change
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_poshidden_factor_one_runs_its_path_and_is_the_plain_model_bit_for_bit(arch):
+    model = build(arch)
+    ids, mask = left_padded()
+    plain, plain_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
+    with torch.no_grad():
+        plain_generated = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    poshidden.install(model, channels=[3, 17], factor=1.0, layers="0:")
+    assert torch.equal(logits(model, ids), plain)
+    assert torch.equal(logits(model, ids, attention_mask=mask), plain_masked)
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False), plain_generated)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_poshidden_changes_the_answer_queries_only(arch):
+    model = build(arch)
+    ids = random_ids(24, batch=2)
+    plain = logits(model, ids)
+    poshidden.install(model, channels=[3, 17], factor=0.0, layers="0:")
+    assert torch.equal(logits(model, ids)[:, :-1], plain[:, :-1]), "a bare forward changes its last query only"
+    assert (logits(model, ids)[:, -1] - plain[:, -1]).abs().max() > 1e-3
+    with poshidden.answer_queries_from(model, 15):
+        ours = logits(model, ids)
+    assert torch.equal(ours[:, :15], plain[:, :15])
+    assert (ours[:, 15:] - plain[:, 15:]).abs().amax(-1).min() > 1e-4
+
+
+def test_string_off_is_the_plain_model_and_s_equal_w_only_applies_the_factor():
+    model = tiny_model("llama")
+    ids, mask = left_padded(40)
+    plain, plain_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
+    string_shift.install(model, shifted_offset=0)
+    assert torch.equal(logits(model, ids), plain)
+    string_shift.remove(model)
+    string_shift.install(model, shifted_offset=16, local_window=16, attention_factor=1.0)  # shift S - W = 0
+    torch.testing.assert_close(logits(model, ids), plain, rtol=1e-5, atol=1e-5)
+    real = mask.bool()  # padding queries differ (sdpa vs a uniform row), they are never read
+    torch.testing.assert_close(logits(model, ids, attention_mask=mask)[real], plain_masked[real], rtol=1e-5, atol=1e-5)
+    string_shift.remove(model)
+    string_shift.install(model, shifted_offset=12, local_window=4, attention_factor=1.0)
+    shifted = logits(model, ids)
+    torch.testing.assert_close(shifted[:, :12], plain[:, :12], rtol=1e-5, atol=1e-5)  # no distance reaches S yet
+    assert (shifted[:, 12:] - plain[:, 12:]).abs().max() > 1e-3, "distances >= S must move"
+    string_shift.remove(model)
+    assert torch.equal(logits(model, ids), plain)
+
+
+def _naive_string_attention(attn, rotary, hidden, shifted_offset, local_window, factor):
+    """One layer's STRING attention from its definition: key j read by query i at distance
+    d = i - j if d < S else d - S + W, by rotating the query alone by that distance (RoPE scores
+    depend on the distance only)."""
+    n, d_head = hidden.shape[1], attn.head_dim
+    q = attn.q_proj(hidden).view(1, n, -1, d_head).transpose(1, 2)
+    k = attn.k_proj(hidden).view(1, n, -1, d_head).transpose(1, 2)
+    v = attn.v_proj(hidden).view(1, n, -1, d_head).transpose(1, 2)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    out = torch.zeros_like(q)
+    for i in range(n):
+        distance = i - torch.arange(i + 1)
+        read = torch.where(distance >= shifted_offset, distance - shifted_offset + local_window, distance)
+        cos, sin = rotary(hidden, position_ids=read[None])
+        rotated = q[:, :, i : i + 1] * cos[:, None] + torch.cat((-q[:, :, i : i + 1, d_head // 2 :],
+                                                                   q[:, :, i : i + 1, : d_head // 2]), -1) * sin[:, None]
+        zero_cos, zero_sin = rotary(hidden, position_ids=torch.zeros(1, i + 1, dtype=torch.long))
+        keys = k[:, :, : i + 1] * zero_cos[:, None] + torch.cat((-k[:, :, : i + 1, d_head // 2 :],
+                                                                  k[:, :, : i + 1, : d_head // 2]), -1) * zero_sin[:, None]
+        scores = (rotated * keys).sum(-1) * attn.scaling * factor**2  # (1, H, i + 1)
+        out[:, :, i] = torch.einsum("bhj,bhjd->bhd", torch.softmax(scores, -1), v[:, :, : i + 1])
+    return attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))
+
+
+def test_string_matches_its_definition_on_one_layer():
+    model = tiny_model("llama")
+    ids = random_ids(30)
+    captured = {}
+    attn = model.model.layers[1].self_attn
+    def capture(module, args, kwargs, out):
+        captured.update(h=kwargs["hidden_states"] if "hidden_states" in kwargs else args[0], out=out[0])
+
+    attn.register_forward_hook(capture, with_kwargs=True)
+    string_shift.install(model, shifted_offset=10, local_window=3, attention_factor=1.1)
+    with torch.no_grad():
+        model(ids)
+        expected = _naive_string_attention(attn, model.model.rotary_emb, captured["h"], 10, 3, 1.1)
+    torch.testing.assert_close(captured["out"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_fitm_near_zero_strength_runs_its_path_and_stays_at_the_plain_model():
+    model = tiny_model("qwen2")
+    ids, mask = left_padded(32)
+    plain_masked = logits(model, ids, attention_mask=mask)
+    fitm.install(model, strength=1e-6, num_spans=4, dummy_ids=DUMMY, layers="0:")
+    with torch.no_grad():
+        ours = fitm.forward_logits(model, ids, attention_mask=mask)
+    torch.testing.assert_close(ours, plain_masked, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fitm_changes_the_answer_queries_only(arch):
+    model = build(arch)
+    ids = random_ids(32, batch=2)
+    plain = logits(model, ids)
+    fitm.install(model, num_spans=4, dummy_ids=DUMMY, temperature=1e-2)
+    with torch.no_grad():
+        ours = fitm.forward_logits(model, ids, query_start=[20, 25])
+    assert torch.equal(ours[0, :20], plain[0, :20]) and torch.equal(ours[1, :25], plain[1, :25])
+    assert (ours[0, 20:] - plain[0, 20:]).abs().amax(-1).min() > 1e-4
+
+
+def test_fitm_calibration_is_the_papers_eq_5():
+    torch.manual_seed(0)
+    batch, heads, queries, keys, spans = 2, 3, 2, 20, 4
+    plain = torch.softmax(torch.randn(batch, heads, queries, keys), -1)
+    dummy = torch.softmax(torch.randn(spans, batch, heads, queries, keys), -1)
+    member = torch.zeros(batch, spans, keys, dtype=torch.bool)
+    for k in range(spans):
+        member[:, k, 2 + 4 * k : 6 + 4 * k] = True  # keys 0, 1 and 18, 19 are in no span
+    t = 0.05
+    new = fitm.calibrate(plain, dummy, member, t)
+    inside = member.any(1)[:, None, None, :]
+    torch.testing.assert_close(new.sum(-1), plain.sum(-1))  # total attention kept ...
+    torch.testing.assert_close((new * inside).sum(-1), (plain * inside).sum(-1))  # ... and the spans' total
+    assert torch.equal(new[~inside.expand_as(new)], plain[~inside.expand_as(plain)])  # keys in no span untouched
+    w = member.float()
+    mean = torch.einsum("bhqj,bkj->bhqk", plain, w) / 4
+    rel = mean - torch.einsum("kbhqj,bkj->bhqk", dummy, w) / 4
+    new_mean = torch.einsum("bhqj,bkj->bhqk", new, w) / 4
+    torch.testing.assert_close(new_mean / new_mean.sum(-1, keepdim=True), torch.softmax(rel / t, -1))
+    # within a span the weights keep their proportions
+    share = lambda w: w[..., 2:6] / w[..., 2:6].sum(-1, keepdim=True)  # noqa: E731
+    torch.testing.assert_close(share(new), share(plain))
+    assert torch.equal(fitm.calibrate(plain, dummy, member, t, strength=0.0), plain)
+
+
+def test_fitm_spans_and_dummy_copies():
+    ids = torch.arange(3, 43).repeat(2, 1)
+    mask = torch.ones_like(ids)
+    mask[1, :10] = 0
+    spans = fitm.prompt_spans(ids, mask, torch.tensor([39, 29]), 4, (0.0, 1.0))
+    assert spans[0].tolist() == [[0, 10], [10, 20], [20, 30], [30, 40]]
+    assert spans[1].tolist() == [[10, 15], [15, 20], [20, 25], [25, 30]]  # the prompt: columns 10..29
+    copies = fitm.dummy_copies(ids, spans, [90, 91])
+    assert copies.shape == (5 * 2, 40)
+    assert torch.equal(copies[:2], ids)
+    assert copies[2 * 2 + 1, 15:20].tolist() == [90, 91, 90, 91, 90]  # copy 2, row 1: its span 1
+    assert torch.equal(copies[2 * 2 + 1, :15], ids[1, :15]) and torch.equal(copies[2 * 2 + 1, 20:], ids[1, 20:])
+
+
+# ----------------------------------------------------------------------------- cached decoding
+
+
+def _recompute(next_logits, ids, mask, steps):
+    """Greedy decoding by one forward over the whole sequence per step (no cache)."""
+    sequence = ids
+    for _ in range(steps):
+        full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], sequence.shape[1] - ids.shape[1])], -1)
+        step = next_logits(sequence, full_mask).argmax(-1, keepdim=True)
+        sequence = torch.cat([sequence, step], -1)
+    return sequence
+
+
+@pytest.mark.parametrize("rival", ["poshidden", "string", "fitm"])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+def test_cached_generation_equals_full_recomputation(rival, arch):
+    # Gemma-3: a 16-token prompt and 8 new tokens against a sliding window of 8 (its cache drops keys).
+    model = build(arch)
+    ids, mask = left_padded(16, pad=3)
+    last = ids.shape[1] - 1
+    positions = lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)  # noqa: E731
+    with torch.no_grad():
+        if rival == "fitm":
+            fitm.install(model, num_spans=3, dummy_ids=DUMMY, temperature=1e-2, region="0:1")
+            cached = fitm.generate(model, ids, attention_mask=mask, max_new_tokens=8)
+            full = _recompute(lambda s, m: fitm.forward_logits(model, s, m, positions(m), query_start=[last] * 2)[:, -1],
+                              ids, mask, 8)
+        else:
+            if rival == "poshidden":
+                poshidden.install(model, channels=[3, 17], factor=-1.0, layers="0:")
+                context = poshidden.answer_queries_from(model, last)
+            else:
+                string_shift.install(model, shifted_offset=6, local_window=2)
+                context = torch.no_grad()
+            cached = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            with context:
+                def step(s, m):
+                    return model(s, attention_mask=m, position_ids=positions(m), use_cache=False).logits[:, -1]
+
+                full = _recompute(step, ids, mask, 8)
+    assert torch.equal(cached, full)
+
+
+# ----------------------------------------------------------------------------- refusals and errors
+
+INSTALL = {
+    "poshidden": lambda model: poshidden.install(model, channels=[1], factor=0.0),
+    "string": lambda model: string_shift.install(model, shifted_offset=8, local_window=2),
+    "fitm": lambda model: fitm.install(model, dummy_ids=DUMMY),
+}
+NAMES = {"poshidden": "poshidden_hf", "string": "string_hf", "fitm": "fitm_hf"}
+
+
+@pytest.mark.parametrize("rival", sorted(INSTALL))
+@pytest.mark.parametrize("family, config, model_class, overrides, reason", [
+    ("phi3", "Phi3Config", "Phi3ForCausalLM", {}, "its attention has parts"),
+    ("cohere", "CohereConfig", "CohereForCausalLM", {"logit_scale": 1.0}, "interleaved"),
+    ("gemma2", "Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 16, "query_pre_attn_scalar": 16}, "attn_logit_softcapping"),
+])
+def test_unsupported_families_are_refused_in_one_line(rival, family, config, model_class, overrides, reason):
+    model = tiny_family_model(config, model_class, attn_implementation="eager", **overrides)
+    if model is None:
+        pytest.skip(f"transformers has no {model_class}")
+    ids = random_ids(12)
+    plain = logits(model, ids)
+    with pytest.raises(BaselineError) as err:
+        INSTALL[rival](model)
+    message = str(err.value)
+    assert "\n" not in message and f"{NAMES[rival]} cannot run on model type '{family}'" in message and reason in message
+    assert torch.equal(logits(model, ids), plain), "a refused rival leaves nothing behind"
+
+
+@pytest.mark.parametrize("rival", sorted(INSTALL))
+def test_an_attention_kernel_they_do_not_rewrite_is_named(rival):
+    model = tiny_model("llama")
+    model.config._attn_implementation = "flex_attention"
+    with pytest.raises(BaselineError, match=f"{NAMES[rival]} rewrites the attention .* the model uses 'flex_attention'"):
+        INSTALL[rival](model)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: PosHiddenLM(pretrained=p), r"poshidden_hf needs the channel to scale: setting=<file from `python -m "),
+    (lambda p: PosHiddenLM(pretrained=p, channels="3", factor=2), r"factor=2 is out of range; give a number in \[-1, 1\]"),
+    (lambda p: PosHiddenLM(pretrained=p, channels="x", factor=0), r"channels='x' is not understood"),
+    (lambda p: PosHiddenLM(pretrained=p, setting=p + "/none.json"), r"setting file not found: .*none.json"),
+    (lambda p: FitMLM(pretrained=p, strength=1.5), r"fitm_hf: strength=1.5 is out of range; give a number in \[0, 1\]"),
+    (lambda p: FitMLM(pretrained=p, num_spans=1), r"num_spans=1 is out of range; give an integer in \[2, 64\]"),
+    (lambda p: FitMLM(pretrained=p, temperature="warm"), r"temperature='warm' is not a number"),
+    (lambda p: FitMLM(pretrained=p, region="0.9:0.1"), r"region='0.9:0.1': need 0 <= start < end <= 1"),
+    (lambda p: StringLM(pretrained=p, shifted_offset=100), r"shifted_offset=100 is below local_window=128"),
+    (lambda p: StringLM(pretrained=p, shifted_ratio=2), r"shifted_ratio=2 is out of range"),
+    (lambda p: StringLM(pretrained=p, shifted_offset=2.5), r"shifted_offset=2.5 is not allowed; give an integer >= 0"),
+    (lambda p: StringLM(pretrained=p, attention_factor=0), r"attention_factor=0 is out of range"),
+])
+def test_argument_errors_are_one_line_and_come_before_the_model_loads(tmp_path, make, match):
+    with pytest.raises(BaselineError, match=match) as err:
+        make(str(tmp_path / "no_model_here"))
+    assert "\n" not in str(err.value)
+
+
+def test_a_setting_file_of_another_format_or_model_is_refused(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(BaselineError, match="has format 'something-else', not 'lpes-poshidden/1'"):
+        PosHiddenLM(pretrained=str(tmp_path / "x"), setting=str(other))
+    with pytest.raises(BaselineError, match=r"channels=\[99\]: the model's hidden size is 64"):
+        poshidden.install(tiny_model("llama"), channels=[99])
+    setting = dict(format="lpes-poshidden/1", channels=[3], layers=[1], factor=0.0, hidden_size=128, num_layers=4)
+    with pytest.raises(BaselineError, match=r"measured on another model: hidden_size 128 \(this model: 64\)"):
+        expect = poshidden.resolve_arguments(setting=_write(tmp_path, setting))["expect"]
+        poshidden.check_setting_shape(tiny_model("llama"), expect, "f")
+
+
+def _write(tmp_path, setting) -> str:
+    path = tmp_path / "setting.json"
+    path.write_text(json.dumps(setting))
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- the channel statistic
+
+
+def test_the_statistic_finds_a_planted_positional_channel():
+    rng = np.random.default_rng(0)
+    layers, length, hidden = 12, 300, 16
+    mean = rng.normal(size=(layers, length, hidden)) * 0.3
+    trend = np.log1p(np.arange(length))
+    for layer in range(1, 11):
+        mean[layer, :, 5] = -2.0 * trend + rng.normal(size=length) * 0.01  # falls with position, smoothly
+        mean[layer, :, 9] = trend + rng.normal(size=length) * 0.3  # rises, but noisily
+    ranked = poshidden_channel.rank_channels(mean, top_k=3)
+    assert ranked[0]["channel"] == 5 and ranked[0]["direction"] == "falling"
+    assert ranked[0]["monotone_layers"] == list(range(2, 11))
+    assert poshidden.default_layers(32) == list(range(10, 26))  # the reference's 7B band
+    assert poshidden.default_layers(30) == list(range(9, 24)) and poshidden.default_layers(4) == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def eight_layer_checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_llama8")
+    model = tiny_model("llama", num_hidden_layers=8)
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
+    model.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def test_the_measurement_command_writes_a_file_the_model_argument_reads(eight_layer_checkpoint, tmp_path, capsys):
+    out = tmp_path / "setting.json"
+    assert poshidden_channel.main(["--pretrained", eight_layer_checkpoint, "--out", str(out), "--samples", "4",
+                                   "--length", "80", "--top-k", "3"]) == 0
+    setting = json.loads(out.read_text())
+    assert setting["format"] == "lpes-poshidden/1" and setting["factor"] == 0.0 and setting["hidden_size"] == 64
+    assert setting["channels"] == [setting["candidates"][0]["channel"]] and setting["layers"] == [2, 3, 4, 5]
+    assert setting["factor_candidates"] == [0.5, 0.0, -0.5, -1.0]
+    lm = PosHiddenLM(pretrained=eight_layer_checkpoint, setting=str(out), device="cpu")
+    state = poshidden.get_state(lm.model)
+    assert (state.channels, state.factor, state.layers) == (setting["channels"], 0.0, [2, 3, 4, 5])
+    assert poshidden.get_state(PosHiddenLM(pretrained=eight_layer_checkpoint, setting=str(out), factor=-0.5,
+                                           device="cpu").model).factor == -0.5  # an explicit argument wins
+    assert "candidates (smoothest first)" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- through lm-eval
+
+REQUESTS = [("The quick brown fox jumps over", " the lazy"), ("Lost in the middle of a long text", " it is"),
+            ("abc def ghi", "jkl!")]
+PROMPTS = ["Once upon a time, far away,", "The key 1234 has value", "xyz uvw rst"]
+LMS = {
+    "poshidden": (lambda p, **kw: PosHiddenLM(pretrained=p, device="cpu", layers="0:", **kw), {"channels": "3;17", "factor": 1},
+                  {"channels": "3;17", "factor": -1}),
+    "fitm": (lambda p, **kw: FitMLM(pretrained=p, device="cpu", num_spans=3, **kw), {"strength": 0},
+             {"temperature": 1e-2, "region": "0:1"}),
+    "string": (lambda p, **kw: StringLM(pretrained=p, device="cpu", **kw), {"shifted_offset": 0},
+               {"shifted_offset": 8, "local_window": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from tiny_models import save_tiny_checkpoint
+
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_llama"), "llama")
+
+
+def _loglikelihoods(lm):
+    return lm.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(REQUESTS)], disable_tqdm=True)
+
+
+def _generations(lm):
+    args = {"until": ["\n\n\n"], "max_gen_toks": 6, "do_sample": False}
+    return lm.generate_until([Instance("generate_until", {}, (p, args), i) for i, p in enumerate(PROMPTS)], disable_tqdm=True)
+
+
+@pytest.fixture(scope="module")
+def plain_answers(checkpoint):
+    lm = HFLM(pretrained=checkpoint, device="cpu", batch_size=3)
+    return _loglikelihoods(lm), _generations(lm)
+
+
+@pytest.mark.parametrize("rival", sorted(LMS))
+def test_identity_through_lm_eval_gives_the_plain_models_answers(checkpoint, plain_answers, rival):
+    make, identity, _ = LMS[rival]
+    lm = make(checkpoint, batch_size=3, **identity)
+    assert (_loglikelihoods(lm), _generations(lm)) == plain_answers
+
+
+@pytest.mark.parametrize("rival", sorted(LMS))
+def test_a_real_setting_through_lm_eval_batched_equals_unbatched(checkpoint, plain_answers, rival):
+    make, _, setting = LMS[rival]
+    one, many = make(checkpoint, batch_size=1, **setting), make(checkpoint, batch_size=3, **setting)
+    scores = _loglikelihoods(one)
+    assert [s for s, _ in _loglikelihoods(many)] == pytest.approx([s for s, _ in scores], abs=1e-4)
+    assert _generations(many) == _generations(one)
+    assert [s for s, _ in scores] != pytest.approx([s for s, _ in plain_answers[0]], abs=1e-4)
+
+
+def test_answer_starts_are_each_rows_last_context_token_and_a_foreign_row_its_last_column():
+    from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
+
+    class Probe:
+        def _loglikelihood_tokens(self, requests):
+            rows = [[5, 6, 7, 8], [5, 6], [4, 5, 6, 7, 8, 9, 10, 11, 4, 5], [1] * 10]
+            batch = torch.tensor([row + [0] * (10 - len(row)) for row in rows])
+            return self._answer_starts(batch).tolist()
+
+    class Model(AnswerStartsMixin, Probe):
+        max_length = 10
+
+    requests = [(None, [5, 6, 7], [8, 9]), (None, [5, 6], [7]), (None, list(range(3, 12)), [4, 5, 6])]
+    # the third is cut from the left to max_length + 1 tokens, as HFLM cuts it
+    assert Model()._loglikelihood_tokens(requests) == [2, 1, 7, 9]
+    assert Model()._answer_starts(torch.ones(1, 4, dtype=torch.long)) is None  # outside loglikelihood
+
+
+def test_loglikelihood_changes_the_queries_from_the_prompts_last_token(checkpoint):
+    """poshidden_hf's loglikelihood is the model's forward with the answer's queries changed."""
+    lm = PosHiddenLM(pretrained=checkpoint, device="cpu", layers="0:", channels="3;17", factor=-1)
+    (context, continuation), = REQUESTS[:1]
+    ctx, cont = lm.tok_encode(context), lm.tok_encode(continuation)
+    row = torch.tensor([ctx + cont[:-1]])
+    with poshidden.answer_queries_from(lm.model, len(ctx) - 1), torch.no_grad():
+        log_probs = torch.log_softmax(lm.model(row).logits[0, len(ctx) - 1 :].float(), -1)
+    expected = log_probs[torch.arange(len(cont)), torch.tensor(cont)].sum().item()
+    assert _loglikelihoods(lm)[0][0] == pytest.approx(expected, abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- the bar, on the bundled SmolLM2
+
+IDENTITY_ARGS = {"poshidden_hf": "channels=100,factor=1", "fitm_hf": "strength=0", "string_hf": "shifted_offset=0"}
+
+
+def _lm_eval_answers(tmp_path, model: str, model_args: str) -> dict:
+    """``lm_eval --model MODEL`` on multi_needle, one sample per gold position: {subtask: [answers]}."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = tmp_path / model
+    command = [sys.executable, "-m", "lm_eval", "run", "--model", model, "--model_args", model_args, "--device", "cpu",
+               "--tasks", "multi_needle", "--apply_chat_template", "--metadata", json.dumps({"num_samples": 1}),
+               "--log_samples", "--output_path", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    run = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr[-3000:]
+    answers = {}
+    for path in out.rglob("samples_multi_needle_pos*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        records.sort(key=lambda r: r["doc_id"])
+        answers[path.name.split("_2")[0]] = [(r["doc_id"], r["filtered_resps"]) for r in records]
+    return answers
+
+
+@pytest.fixture(scope="module")
+def vanilla_multi_needle(tmp_path_factory):
+    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+
+    args = f"pretrained={bundled_model_dir()},gguf_file={BUNDLED_GGUF}"
+    return _lm_eval_answers(tmp_path_factory.mktemp("vanilla"), "hf", args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", sorted(IDENTITY_ARGS))
+def test_lm_eval_runs_each_rival_on_multi_needle_and_its_identity_answers_as_vanilla(tmp_path, vanilla_multi_needle, model):
+    answers = _lm_eval_answers(tmp_path, model, IDENTITY_ARGS[model])
+    assert len(vanilla_multi_needle) == 5 and all(len(v) == 1 for v in vanilla_multi_needle.values())
+    assert answers == vanilla_multi_needle
+
+
+def test_the_selection_picks_the_best_channel_and_factor_on_a_position_task(eight_layer_checkpoint):
+    from lm_eval.tasks import TaskManager
+
+    from lpes_harness.tasks import TASKS_DIR
+
+    metadata = {"num_sentences": 4, "num_needles": 2}
+    manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                          metadata={**metadata, "split": "search", "num_samples": 1})
+    lm = PosHiddenLM(pretrained=eight_layer_checkpoint, channels=3, factor=0, device="cpu")
+    found = poshidden_channel.select(lm, [3, 17], [0.0, -1.0], "multi_needle", 1, metadata, manager, log=lambda _: None)
+    assert [(r["channel"], r["factor"]) for r in found["scores"]] == [(3, 0.0), (3, -1.0), (17, 0.0), (17, -1.0)]
+    best = max(found["scores"], key=lambda r: r["mean_logprob"])
+    assert found["best"] == best and found["positions"] == [0, 25, 50, 75, 100]
+    assert found["beats_plain"] == (best["mean_logprob"] > found["plain_mean_logprob"])
+    assert all(r["mean_logprob"] != found["plain_mean_logprob"] for r in found["scores"])
+    state = poshidden.get_state(lm.model)
+    assert (state.channels, state.factor) == ([best["channel"]], best["factor"])
+
+
+@pytest.mark.slow
+def test_each_rival_on_the_bundled_model_is_vanilla_at_identity_and_moves_otherwise():
+    """SmolLM2-135M from its GGUF: 9 query heads on 3 kv heads, theta 1e5, one model load."""
+    from lpes_harness.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(attn_implementation="sdpa")
+    prompt = ("Document [1] The Eiffel Tower is in Paris. Document [2] The Colosseum is in Rome. Document [3] The "
+              "Prado is in Madrid.\nQuestion: Where is the Colosseum?\nAnswer:")
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"].to(model.device)
+    plain = logits(model, ids)
+    poshidden.install(model, channels=[100], factor=1.0)
+    assert torch.equal(logits(model, ids), plain)
+    poshidden.remove(model)
+    poshidden.install(model, channels=[100], factor=-1.0)
+    assert (logits(model, ids)[:, -1] - plain[:, -1]).abs().max() > 1e-3
+    poshidden.remove(model)
+    string_shift.install(model, shifted_offset=16, local_window=16, attention_factor=1.0)
+    torch.testing.assert_close(logits(model, ids), plain, rtol=1e-3, atol=1e-3)
+    string_shift.remove(model)
+    string_shift.install(model, shifted_offset=16, local_window=4)
+    assert (logits(model, ids)[:, -1] - plain[:, -1]).abs().max() > 1e-2
+    string_shift.remove(model)
+    dummy = tokenizer(fitm.DUMMY_TEXT, add_special_tokens=False)["input_ids"]
+    fitm.install(model, strength=1e-6, dummy_ids=dummy)
+    with torch.no_grad():
+        torch.testing.assert_close(fitm.forward_logits(model, ids), plain, rtol=1e-3, atol=1e-3)
+    fitm.remove(model)
+    fitm.install(model, dummy_ids=dummy)
+    with torch.no_grad():
+        assert (fitm.forward_logits(model, ids)[:, -1] - plain[:, -1]).abs().max() > 1e-3
+    fitm.remove(model)
+    assert torch.equal(logits(model, ids), plain)
