@@ -176,5 +176,5 @@ def test_a_base_scaling_search_records_its_scaling_and_resumes_only_as_one(gemma
     assert written["scaling"] == "base"
     assert LPESLM(pretrained=gemma_checkpoint, scales=str(output / "scales.json"), device="cpu").scaling == "base"
     assert json.loads((output / "scores.cache.json").read_text())["identity"]["scaling"] == "base"
-    again = run([sys.executable, GA, *args, "--resume", "--generations", "2"])
+    again = run([sys.executable, GA, *args, "--resume", "--generations", "2", "--scaling", "position"])
     assert again.returncode != 0 and "scaling" in again.stderr, again.stderr[-2000:]

@@ -1,10 +1,14 @@
-"""Search profiles: `auto` picks the CPU-sized settings without a GPU; flags and --config still win."""
+"""Search profiles: `auto` picks the robust profiles for the packaged models, and for other models the
+CPU-sized settings without a GPU; flags and --config still win."""
 
 import json
 
 import pytest
 
 from lpes_harness.search.cli import PROFILES, parse_args
+
+# A model that is neither packaged one (an HF id: nothing is loaded to parse the flags).
+OTHER = ["--pretrained", "HuggingFaceTB/another-model"]
 
 
 @pytest.fixture
@@ -19,14 +23,14 @@ def native_bf16(monkeypatch):
 
 
 def test_auto_on_cpu_takes_the_cpu_profile(no_native_bf16):
-    args = parse_args(["--device", "cpu"])
+    args = parse_args(["--device", "cpu", *OTHER])
     assert args.profile == "cpu"
     for key, value in PROFILES["cpu"].items():
         assert getattr(args, key) == value, key
 
 
 def test_auto_on_a_cpu_with_native_bfloat16_takes_the_larger_cpu_search(native_bf16):
-    args = parse_args(["--device", "cpu"])
+    args = parse_args(["--device", "cpu", *OTHER])
     assert args.profile == "cpu-bf16"
     for key, value in PROFILES["cpu-bf16"].items():
         assert getattr(args, key) == value, key
@@ -35,14 +39,14 @@ def test_auto_on_a_cpu_with_native_bfloat16_takes_the_larger_cpu_search(native_b
 
 @pytest.mark.parametrize("flags", [["--dtype", "float32"], ["--model-args", "dtype=float32"]])
 def test_a_float32_search_on_that_cpu_keeps_the_float32_sized_profile(native_bf16, flags):
-    assert parse_args(["--device", "cpu", *flags]).profile == "cpu"
+    assert parse_args(["--device", "cpu", *OTHER, *flags]).profile == "cpu"
 
 
 def test_a_config_files_dtype_chooses_the_cpu_profile_too(native_bf16, tmp_path):
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"dtype": "float32"}))
-    assert parse_args(["--device", "cpu", "--config", str(config)]).profile == "cpu"
-    assert parse_args(["--device", "cpu", "--config", str(config), "--dtype", "bfloat16"]).profile == "cpu-bf16"
+    assert parse_args(["--device", "cpu", *OTHER, "--config", str(config)]).profile == "cpu"
+    assert parse_args(["--device", "cpu", *OTHER, "--config", str(config), "--dtype", "bfloat16"]).profile == "cpu-bf16"
 
 
 def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
@@ -54,7 +58,7 @@ def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
 def test_every_cpu_profile_is_a_valid_search():
     from lpes_harness.search.validate import check_search_args
 
-    for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu"):
+    for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu", "robust-smollm2", "robust-gemma3"):
         args = parse_args(["--device", "cpu", "--profile", name])
         check_search_args(args)
         assert args.population == args.parents + args.mutants + args.crossovers, name
@@ -68,7 +72,7 @@ def test_the_paper_profile_keeps_the_papers_settings():
 
 
 def test_auto_on_a_gpu_takes_the_multi_needle_search_at_the_papers_size():
-    args = parse_args(["--device", "cuda"])
+    args = parse_args(["--device", "cuda", *OTHER])
     assert args.profile == "gpu" and args.task == "multi_needle"
     assert (args.population, args.parents, args.mutants, args.crossovers, args.generations) == (32, 12, 16, 4, 20)
     assert (args.y_min, args.y_max, args.num_samples) == (0.25, 2.5, 100)
@@ -78,7 +82,7 @@ def test_the_command_line_and_a_config_file_override_the_profile(no_native_bf16,
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"generations": 7, "fitness": "logprob"}))
     # population = parents + the profile's crossovers and mutants (1 + 4)
-    args = parse_args(["--device", "cpu", "--config", str(config), "--population", "11", "--parents", "6"])
+    args = parse_args(["--device", "cpu", *OTHER, "--config", str(config), "--population", "11", "--parents", "6"])
     assert (args.generations, args.fitness, args.population, args.parents) == (7, "logprob", 11, 6)
     assert args.num_samples == PROFILES["cpu"]["num_samples"]  # untouched: still the profile's
 
@@ -100,8 +104,8 @@ def test_an_unknown_profile_in_a_config_file_is_named(tmp_path, capsys):
 def test_the_command_lines_device_decides_auto_over_the_config_files(no_native_bf16, tmp_path):
     config = tmp_path / "search.json"
     config.write_text(json.dumps({"device": "cpu"}))
-    assert parse_args(["--config", str(config), "--device", "cuda"]).profile == "gpu"
-    assert parse_args(["--config", str(config)]).profile == "cpu"
+    assert parse_args(["--config", str(config), "--device", "cuda", *OTHER]).profile == "gpu"
+    assert parse_args(["--config", str(config), *OTHER]).profile == "cpu"
 
 
 @pytest.mark.parametrize("name", ["smollm2_demo.json", "smollm2_reference.json"])
@@ -144,18 +148,19 @@ def test_the_heldout_table_scales_with_the_search_unless_set(tmp_path, native_bf
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "Gemma-3-270M", "gemma3"])
-def test_auto_on_a_cpu_gives_gemma3_its_own_task_size(native_bf16, name):
-    # At multi_needle's default haystack Gemma-3-270M scores 1.00 everywhere: nothing to search for.
+def test_auto_gives_gemma3_its_robust_search(native_bf16, name):
+    # At multi_needle's default haystack Gemma-3-270M scores 1.00 everywhere: nothing to search for;
+    # at 240 and 480 sentences it shows the bias. Position scales could not remove it; a larger RoPE
+    # base did: every layer, base factors.
     args = parse_args(["--device", "cpu", "--pretrained", name])
-    assert args.profile == "gemma3-base-cpu"
+    assert args.profile == "robust-gemma3"
     assert args.task == "multi_needle" and args.metadata == {"num_sentences": 240}
-    assert args.heldout_samples == 200
-    # Position scales could not remove Gemma's bias; a larger RoPE base did: every layer, base factors.
+    assert [c.metadata["num_sentences"] for c in args.conditions] == [240, 480]
     assert args.scaling == "base" and args.layer_type is None and args.sweep == "1,2,4"
+    assert args.validation_samples > 0 and args.uniform_tuning
     assert parse_args(["--device", "cpu", "--pretrained", name, "--profile", "gemma3-cpu"]).scaling == "position"
-    # On a GPU too: the gpu profile's default haystack gives Gemma nothing to search for.
-    assert parse_args(["--device", "cuda", "--pretrained", name]).profile == "gemma3-base-cpu"
-    assert parse_args(["--device", "cpu"]).profile == "cpu-bf16"  # SmolLM2 keeps its own
+    assert parse_args(["--device", "cuda", "--pretrained", name]).profile == "robust-gemma3"  # on a GPU too
+    assert parse_args(["--device", "cpu"]).profile == "robust-smollm2"  # SmolLM2 has its own
 
 
 def test_a_local_folder_named_like_a_short_name_is_not_the_packaged_gemma(native_bf16, tmp_path, monkeypatch):
@@ -186,6 +191,6 @@ def test_the_heldout_tables_extra_rows_are_chosen_or_named_when_wrong(native_bf1
 def test_scaling_given_twice_must_agree(capsys):
     assert parse_args(["--device", "cpu", "--scaling", "base", "--model-args", "scaling=base"]).scaling == "base"
     with pytest.raises(SystemExit) as stop:
-        parse_args(["--device", "cpu", "--model-args", "scaling=base"])
+        parse_args(["--device", "cpu", "--profile", "cpu", "--model-args", "scaling=base"])
     assert stop.value.code == 2
     assert "--model-args scaling=base and --scaling position disagree; give --scaling only" in capsys.readouterr().err

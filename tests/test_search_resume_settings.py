@@ -115,15 +115,15 @@ def test_the_kill_hook_kills_at_the_nth_pass_of_its_point_only():
 
 
 def test_a_resume_that_grows_generations_records_it_for_the_next_resume(tmp_path):
-    from lpes_harness.search.run import _write_config
+    from lpes_harness.search.run_record import write_config
 
     folder = tmp_path / "R"
     folder.mkdir()
     first = parse_args([*CUSTOM, "--output", str(folder)])
-    _write_config(folder / "config.json", False, {"command": "lpes-search ...", "settings": settings_record(first),
+    write_config(folder / "config.json", False, {"command": "lpes-search ...", "settings": settings_record(first),
                                                   "fingerprint": {"format": "x"}, "search": {"generations": 3}})
     grown = parse_args(["--resume", "--output", str(folder), "--generations", "5"])
-    _write_config(folder / "config.json", True, {"command": "lpes-search --resume ...", "settings": settings_record(grown),
+    write_config(folder / "config.json", True, {"command": "lpes-search --resume ...", "settings": settings_record(grown),
                                                  "fingerprint": {"format": "y"}})
     record = json.loads((folder / "config.json").read_text())
     assert record["search"] == {"generations": 3} and record["command"] == "lpes-search ..."  # the first run's record

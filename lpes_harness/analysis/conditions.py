@@ -70,7 +70,7 @@ def search_conditions(texts: Sequence[str], task: str, metadata: Mapping, chat_t
     from lpes_harness.tasks.position import resolve_options, resolve_task
 
     conditions = []
-    for text in texts:
+    for text in dict.fromkeys(texts):  # the same condition given twice is one condition
         name, options = parse_condition(text)
         condition = Condition(name=name, task=str(options.get("task", task)),
                               metadata={**metadata, **task_metadata(options)},

@@ -65,8 +65,8 @@ def rows(name: str, heldout: Mapping) -> list[dict]:
 
 
 def format_rows(table: Sequence[Mapping]) -> str:
-    lines = ["| condition | curve | samples | vanilla [95 %] | LPES [95 %] | difference [95 %] | gained / lost | p | "
-             "worst position: vanilla → LPES |", "|---|---|---:|---|---|---|---|---|---|"]
+    lines = ["| condition | curve | samples | vanilla [95 %] | curve [95 %] | difference [95 %] | gained / lost | p | "
+             "worst position: vanilla → curve |", "|---|---|---:|---|---|---|---|---|---|"]
     for r in table:
         lines.append(
             f"| {r['condition']} | {r['method']} | {r['n']} | {r['vanilla']:.3f} [{r['vanilla_interval'][0]:.2f}, "
@@ -77,7 +77,7 @@ def format_rows(table: Sequence[Mapping]) -> str:
     return "\n".join(lines)
 
 
-def plot_rows(table: Sequence[Mapping], path: Path) -> Path:
+def plot_rows(table: Sequence[Mapping], path: Path, title: str = "Searched curves on conditions no search saw") -> Path:
     """Each curve's gain over vanilla per condition, with its 95 % interval."""
     import matplotlib
 
@@ -102,7 +102,7 @@ def plot_rows(table: Sequence[Mapping], path: Path) -> Path:
     axes.axhline(0, color="grey", linewidth=0.8)
     axes.set_xticks(range(len(conditions)), conditions, rotation=20, ha="right")
     axes.set_ylabel("accuracy gain over vanilla (points, 95 %)")
-    axes.set_title("Searched curves on conditions no search saw")
+    axes.set_title(title)
     axes.legend(fontsize=8)
     figure.tight_layout()
     save_figure(figure, path)

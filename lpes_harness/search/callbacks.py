@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
-from lpes_harness.plots import plot_curve, plot_fitness
+from lpes_harness.plots import plot_condition_scores, plot_curve, plot_fitness
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 
 # ------------------------------------------------------------------- checkpoint
@@ -187,12 +187,15 @@ def generation_postfix(stats: dict) -> dict:
 class PlotCallback(Callback):
     """Redraws ``curve.png`` (the best genome) and ``fitness.png`` after every generation."""
 
-    def __init__(self, directory: str | os.PathLike, scaling: str = "position"):
+    def __init__(self, directory: str | os.PathLike, scaling: str = "position", conditions: bool = False):
         self.directory = Path(directory)
         self.scaling = scaling  # what the scales multiply: the curve's axis says so
+        self.conditions = conditions  # a search over conditions: conditions.png too
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         plot_curve(self.directory / "curve.png", search.spec, stats["best_genome"], stats["best_scales"],
                    title=f"best after generation {stats['generation']}: fitness {stats['best_fitness']:.4f}",
                    scaling=self.scaling)
         plot_fitness(self.directory / "fitness.png", search.generation_stats)
+        if self.conditions:  # the best individual's score per condition, by generation
+            plot_condition_scores(self.directory / "conditions.png", search.generation_stats)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
-from lpes_harness.models import DTYPES, PACKAGED_MODELS, choose_dtype, packaged_model
+from lpes_harness.models import DTYPES
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS
 from lpes_harness.search.fitness import OBJECTIVES, ROLES
+from lpes_harness.search.condition_fitness import CONDITION_OBJECTIVES
+from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile_heldout_samples
 from lpes_harness.search.sweep import parse_sweep
 
 DESCRIPTION = """\
@@ -22,144 +23,14 @@ split of a position task, computed through lm-eval on one loaded lpes_hf model w
 scales are changed in place.
 """
 
-# Settings a profile changes; everything else keeps its flag's default. The argparse
-# defaults are the paper's (kv_retrieval, population 32 / 20 generations / 200 samples per
-# position, y in [1, 2] from 1.5): for 7B models, days on a 2-core CPU.
-#
-# The `cpu` profile is the bundled SmolLM2-135M on a 2-core CPU within about an hour, on the
-# task it can do (multi_needle; kv_retrieval measures copying on it). The arithmetic: a
-# ~750-token multi_needle prompt is one float32 forward of ~2.1 s on 2 threads, measured in
-# the search itself (this CPU has no native bfloat16, which runs 3x slower here; `--dtype
-# auto` picks it only where native). 12 samples at each of the 5 positions is 60 forwards,
-# ~2 min per individual; a 3-point sweep (raced) plus 8 + 3 x 5 individuals (and at most one
-# more crossover child per generation) is at most 29 individuals, about an hour worst case,
-# less with racing. The range is wide, [0.25, 2.5]: curves that help rise to 1.5-1.85 in
-# late layers although uniform 1.2 wrecks the model, so the sweep picks the start and the
-# range stays open; the y step of a mutation grows with the range (0.4).
-PROFILES = {
-    "paper": {},
-    "cpu": {
-        "task": "multi_needle", "fitness": "greedy", "num_samples": 12, "chunk_size": 6,
-        "population": 8, "parents": 3, "mutants": 4, "crossovers": 1, "generations": 3,
-        "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
-        "sweep": "1,0.8,1.2", "heldout_samples": 40,
-    },
-    # The cpu search on a CPU that runs bfloat16 natively (avx512_bf16 / AMX), which `auto`
-    # picks there: a ~950-token prompt is one bfloat16 forward of ~0.26 s on 2 threads
-    # (float32 0.73 s on the same CPU). 20 samples at each of the 5 positions is 100 forwards,
-    # ~26 s per individual; a 3-point sweep plus 12 + 4 x (6 + 2) individuals is at most 47,
-    # ~21 min worst case; then 200 held-out samples per position for vanilla, PI, the best
-    # curve and the sweep's best uniform scale (4,000 forwards, ~18 min). 20 samples per
-    # position and ~40 individuals is the size at which every GPU search in #18 found the gain.
-    "cpu-bf16": {
-        "task": "multi_needle", "fitness": "greedy", "num_samples": 20, "chunk_size": 10,
-        "population": 12, "parents": 5, "mutants": 6, "crossovers": 1, "generations": 4,
-        "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
-        "sweep": "1,0.8,1.2", "heldout_samples": 200,
-    },
-    # Gemma-3-270M (`--pretrained gemma3-270m`), which `auto` picks for it on a CPU. At the
-    # default haystack it scores 1.00 everywhere; at 240 sentences (~2.3k tokens, past its
-    # 512-token sliding window) lpes-check finds the U-curve with room, .95/.375/.525/.575/1.00
-    # with nothing right once the gold needle is removed (results/calibration_gemma3_multi_needle).
-    # A ~2.3k-token prompt is a bfloat16 forward of ~1 s on 2 threads, ~4x a SmolLM2 sample: 16
-    # samples per position is 80 forwards, ~80 s per individual; a 3-point sweep plus 10 + 3 x
-    # (5 + 1) individuals is at most 31, ~45 min worst case (racing cuts it); then 200 held-out
-    # samples per position for vanilla, PI, the best curve and the best uniform scale (4,000
-    # forwards, about an hour; a later seed can reuse vanilla's scores, see results/).
-    # Only the 3 global layers (5, 11, 17) move (--layer-type full_attention): scaling the
-    # sliding-window layers breaks Gemma (1.5 there alone: -45 points; uniform 0.8: 0 at the end
-    # position), and in the paper's range [1, 2] over all layers a first search's mutants were
-    # all within a point of vanilla. On the global layers alone 2 to 8 lift the 25 and 50 %
-    # positions by 19-31 points, but from 5 up they cost the end position 31-56 points, and
-    # below 1 nothing helps (results/gemma3_layer_type_probe, 16 samples per position), so y
-    # spans [1, 6] in steps of 0.25 with My 1, and the sweep tries 2 and 4 as starts.
-    "gemma3-cpu": {
-        "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
-        "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
-        "generations": 3, "layer_type": "full_attention", "y_min": 1.0, "y_max": 6.0, "y_step": 0.25,
-        "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
-    },
-    # Gemma-3-270M with base scaling (--scaling base: layer h's RoPE base becomes s_h x theta, its
-    # layer type's theta), which `auto` picks for it on any device (on one H200: 2.5 min a search). Position scales could not remove its
-    # bias: the gemma3-cpu search found nothing on its own samples and its curve gained +3.6 on 1,000
-    # held-out ones (results/gemma3_multi_needle_heldout200), while one base 2 x theta on every
-    # layer answered 80 of 80 search samples as Attention Buckets' best did (.975 against vanilla's
-    # .831; results/tuned_baselines_gemma3/buckets_single_base). So: every layer moves (a base
-    # factor leaves the fast frequencies that the sliding-window layers live on nearly as they
-    # are), the sweep tries the uniform factors 1, 2 and 4 as starts, and y spans [0.5, 8] in steps
-    # of 0.25 with My 1. The same task, samples, GA sizes and held-out table as gemma3-cpu.
-    "gemma3-base-cpu": {
-        "task": "multi_needle", "metadata": {"num_sentences": 240}, "fitness": "greedy",
-        "num_samples": 16, "chunk_size": 8, "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
-        "generations": 3, "scaling": "base", "y_min": 0.5, "y_max": 8.0, "y_step": 0.25,
-        "initial_y": 1.0, "my": 1.0, "mx": 2.0, "sweep": "1,2,4", "heldout_samples": 200,
-    },
-    # The same calibrated multi_needle search scaled up for one GPU: the paper's population and
-    # generations (432 individuals at most), 100 samples per position in batches of up to 100
-    # prompts (racing per batch), bfloat16 (auto). The target on one H100 is 15 minutes for
-    # SmolLM2: ~216k samples at the ~240 samples/s a batched bfloat16 scorer reached there.
-    # Not yet measured on a GPU by this project.
-    "gpu": {
-        "task": "multi_needle", "fitness": "greedy", "num_samples": 100, "chunk_size": 100,
-        "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
-        "sweep": "1,0.9,0.8,1.1,1.2", "heldout_samples": 200,
-    },
-}  # fmt: skip
-
-EPILOG = """\
-profiles (--profile; the command line and --config override a profile's values):
-  paper  the paper's settings, for 7B models on kv_retrieval / mdqa: population 32,
-         12 parents, 16 mutants + 4 crossovers, 20 generations, 200 samples per position,
-         greedy fitness, y in [1, 2] from 1.5, Mx 2, My 0.2
-  cpu    the bundled SmolLM2-135M on multi_needle on a 2-core CPU (under an hour):
-         population 8, 3 parents, 4 mutants + 1 crossover, 3 generations, 12 samples at
-         each of the 5 positions (middle = 25/50/75 %), greedy fitness, a uniform sweep
-         1,0.8,1.2 picks the start, y in [0.25, 2.5] (step 0.05), Mx 3, My 0.4; then 40
-         held-out samples per position, paired with vanilla and PI
-  cpu-bf16  the cpu search sized for a CPU that runs bfloat16 natively (avx512_bf16 /
-         AMX; ~0.26 s a sample against 0.73 s in float32): population 12, 5 parents,
-         6 mutants + 1 crossover, 4 generations, 20 samples per position (racing in
-         chunks of 10); then 200 held-out samples per position (under 45 min on 2 cores)
-  gpu    the cpu profile's multi_needle search scaled up for one GPU: the paper's
-         population 32 / 12 parents / 16 mutants + 4 crossovers / 20 generations,
-         100 samples per position (chunks of 100 = the batch), sweep 1,0.9,0.8,1.1,1.2,
-         200 held-out samples per position; bfloat16 by --dtype auto (not yet measured
-         on a GPU by this project)
-  gemma3-cpu  Gemma-3-270M (--pretrained gemma3-270m) on a 2-core CPU: multi_needle with
-         num_sentences 240 (~2.3k tokens, where it shows the U-curve), population 10,
-         4 parents, 5 mutants + 1 crossover, 3 generations, 16 samples per position;
-         only the global layers move (--layer-type full_attention; scaling its
-         sliding-window layers breaks it), y in [1, 6], My 1, Mx 2, sweep 1,2,4; then
-         200 held-out samples per position (~45 min of search in bfloat16, then about an
-         hour of held-out table)
-  gemma3-base-cpu  gemma3-cpu's task, samples and sizes with --scaling base on every
-         layer (each factor multiplies the layer's RoPE base): y in [0.5, 8], sweep 1,2,4.
-         Position scales could not remove Gemma's bias; a larger base does
-  auto   (default) gemma3-base-cpu for --pretrained gemma3-270m (on any device); otherwise gpu when the
-         model runs on a GPU; on a CPU, cpu-bf16 when --dtype resolves to bfloat16 (auto
-         does where it is native), else cpu
-
-why the cpu range is wide: on SmolLM2 the curves that remove position bias go to 1.5-1.85
-in late layers, while *uniform* 1.2 already wrecks the model. The sweep therefore only
-picks the starting individual (the best uniform scale); it never narrows the range.
-
-examples:
-  lpes-search                                   # bundled SmolLM2, profile auto
-  lpes-search --profile paper --device cuda     # the paper's settings
-  lpes-search --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
-  lpes-search --resume --output results/my_run  # continue a stopped run
-  lpes-search --config my_search.json           # settings from a file (keys = long flag names)
-  accelerate launch --multi_gpu --num_processes 2 searches/ga.py ...  # split each evaluation's samples (gloo on CPU)
-"""
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lpes-search", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
-                   help="default settings: paper, cpu, cpu-bf16, gemma3-cpu, gemma3-base-cpu, gpu, or auto (gemma3-base-cpu for gemma3-270m; gpu on a GPU, cpu-bf16 on a CPU "
+                   help="default settings: " + ", ".join(PROFILES) + ", or auto (robust-smollm2 for the bundled "
+                        "SmolLM2, robust-gemma3 for gemma3-270m; for other models gpu on a GPU, cpu-bf16 on a CPU "
                         "with native bfloat16, else cpu); see below")
     model = p.add_argument_group("model")
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
@@ -193,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: the task's roles; kv_retrieval 0,40,100; mdqa 0,50,100; multi_needle 0,25+50+75,100)")
     fit.add_argument("--num-samples", type=int, default=200, help="search samples per gold position (paper 200, cpu 12)")
     fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
+    fit.add_argument("--condition", action="append", default=None, metavar="NAME=JSON",
+                     help="search over several conditions (repeatable): each a name and task options as JSON on top "
+                          "of --task and --metadata, plus 'task' and 'chat_template' (on/off/auto), e.g. "
+                          "'4x length={\"num_sentences\": 240}'. Every individual is scored on the same samples of "
+                          "each; the held-out table has one block per condition (robust profiles: 3 for SmolLM2, 2 "
+                          "for Gemma-3)")
+    fit.add_argument("--condition-objective", default="mean", choices=CONDITION_OBJECTIVES,
+                     help="how the conditions' fitnesses combine: mean (default) or worst (the lowest condition)")
     fit.add_argument("--chunk-size", type=int, default=25, help="samples per racing step (paper 25, cpu 6)")
     fit.add_argument("--racing", action=argparse.BooleanOptionalAction, default=True,
                      help="stop scoring an individual once it cannot become a parent (default); --no-racing "
@@ -226,11 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
                             "full_attention = Gemma-3's global layers); the others keep plain RoPE (scale 1). "
                             "The sweep's, PI's and the held-out uniform rows move the same layers. Default: all "
                             "layers (gemma3-cpu: full_attention)")
-    genes.add_argument("--scaling", default="position", choices=["position", "base"],
+    genes.add_argument("--scaling", default="position", choices=["position", "base", "both"],
                        help="what a layer's factor s_h multiplies: position (the paper's: layer h reads position i "
-                            "as i / s_h) or base (layer h's RoPE base becomes s_h x theta, at the true positions; "
-                            "plain RoPE only). scales.json records it, so lpes_hf scales=<file> applies it. "
-                            "Default position (gemma3-base-cpu: base)")
+                            "as i / s_h), base (layer h's RoPE base becomes s_h x theta, at the true positions; "
+                            "plain RoPE only), or both (two curves in one genome: each layer's position factor and "
+                            "base factor; --base-y-* give the base curve's range). scales.json records it, so "
+                            "lpes_hf scales=<file> applies it. Default position (gemma3-base-cpu: base; "
+                            "robust-smollm2: both)")
+    genes.add_argument("--base-y-min", type=float, default=0.5, help="--scaling both: lowest base factor (default 0.5)")
+    genes.add_argument("--base-y-max", type=float, default=4.0, help="--scaling both: highest base factor (default 4)")
+    genes.add_argument("--base-y-step", type=float, default=0.25, help="--scaling both: the base factors' grid step")
+    genes.add_argument("--my-base", type=float, default=None,
+                       help="--scaling both: max y move of a base control point per mutation (default: as many "
+                            "grid steps as --my is of the position curve's)")
+    genes.add_argument("--base-sweep", default="none",
+                       help="--scaling both: uniform base factors the sweep scores beside --sweep's position factors, "
+                            "e.g. 2,4; the best of either kind starts the search")
     genes.add_argument("--y-min", type=float, default=1.0, help="lowest scale (paper 1.0; cpu, cpu-bf16, gpu 0.25)")
     genes.add_argument("--y-max", type=float, default=2.0, help="highest scale (paper 2.0; cpu, cpu-bf16, gpu 2.5)")
     genes.add_argument("--y-step", type=float, default=0.1)
@@ -250,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
                           "(cpu 40, cpu-bf16 and gpu 200, paper 0), scaled with --num-samples when that is changed "
                           "and this is not: e.g. cpu-bf16 with --num-samples 2 gets 200 x 2/20 = 20, so a quick "
                           "search gets a quick table")
+    out.add_argument("--validation-samples", type=int, default=0,
+                     help="honest selection: after the search, re-score its --select-top best individuals, the "
+                          "uniform start and the best uniform factors on this many samples per position of a "
+                          "validation split (disjoint from search and held-out samples), doubling them (up to 4x) "
+                          "while two are within two standard errors; the winner becomes scales.json. 0 (default "
+                          "outside the robust profiles): the search's best is the run's curve")
+    out.add_argument("--select-top", type=int, default=4, help="individuals of the search the validation re-scores")
+    out.add_argument("--uniform-tuning", action=argparse.BooleanOptionalAction, default=False,
+                     help="write uniform.json: the best single factor of each kind the scaling has, tuned with the "
+                          "search's fitness on at least the genetic search's forwards (robust profiles: on)")
+    out.add_argument("--time-budget", default=None, metavar="DURATION",
+                     help="e.g. 10m or 1h: time the first forwards, then size the population, generations and the "
+                          "held-out table so that the run ends within it (the table large enough for a +10-point "
+                          "gain to reach p < 0.01), print the plan; refused before the search when it cannot be")
     out.add_argument("--heldout-extra", default="pi,uniform",
                      help="the held-out table's rows besides vanilla and the best curve: a comma list of 'pi' "
                           "(the curve's mean, uniform) and 'uniform' (the sweep's best uniform scale, when it is "
@@ -264,6 +168,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     # --resume: the run's own settings, as its config.json recorded them ({} for a folder made
     # before runs recorded them: its flags must be given again).
     saved = _saved_settings(parser, args) if args.resume else {}
+    if args.condition is not None:  # a list the command line gives replaces the saved one, never extends it
+        saved.pop("condition", None)
+        config.pop("condition", None)
     below = {**saved, **config}  # what lies beneath the command line
     profile = below.get("profile", args.profile) if args.profile == "auto" else args.profile
     if profile not in ("auto", *PROFILES):
@@ -274,7 +181,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             dtype = requested_dtype(dtype, args.model_args or below.get("model_args", ""))
         except ValueError as err:
             parser.error(str(err))
-        profile = _auto_profile(args.device or below.get("device"), dtype, args.pretrained or below.get("pretrained"))
+        profile = auto_profile(args.device or below.get("device"), dtype, args.pretrained or below.get("pretrained"))
     # Precedence: command line > config file > the resumed run's saved settings > profile > the
     # flags' own (paper) defaults. The profile's held-out size is left open (None) until the
     # search's size is known.
@@ -352,34 +259,6 @@ def _saved_settings(parser, args) -> dict:
     return {name: value for name, value in (record.get("settings") or {}).items() if name in known}
 
 
-def profile_heldout_samples(profile: str, num_samples) -> int:
-    """The profile's held-out samples per position, scaled by the search's ``num_samples`` against the
-    profile's own (rounded up): the table stays in proportion to the search it checks."""
-    settings = PROFILES[profile]
-    heldout = settings.get("heldout_samples", 0)
-    searched = settings.get("num_samples", build_parser().get_default("num_samples"))
-    if not heldout or not isinstance(num_samples, int) or num_samples < 1 or num_samples == searched:
-        return heldout  # a bad --num-samples is named by the checks
-    return math.ceil(heldout * num_samples / searched)
-
-
-def _auto_profile(device, dtype, pretrained=None) -> str:
-    """gemma3-base-cpu for the packaged Gemma-3-270M on any device; otherwise gpu on a GPU, and on a
-    CPU cpu-bf16 where the search will run in bfloat16, else cpu.
-
-    Gemma-3-270M needs its own task size (at multi_needle's default it has no position bias to
-    remove, so the gpu profile would search for nothing) and base scaling; the profile's sizes fit
-    a 2-core CPU and take 2.5 min on one H200. The two SmolLM2 CPU profiles differ only in size:
-    bfloat16 is ~2.8x faster than float32 where the CPU runs it natively, so the same hour holds a
-    larger search there.
-    """
-    if packaged_model(pretrained) is PACKAGED_MODELS["gemma3-270m"]:
-        return "gemma3-base-cpu"
-    if not _runs_on_cpu(device):
-        return "gpu"
-    return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"
-
-
 def model_args_given(model_args: str) -> dict[str, str]:
     """``--model-args`` as lm-eval's 'k=v,k=v' form, read without importing lm-eval: bad flags must fail fast."""
     return dict(part.split("=", 1) for part in str(model_args or "").split(",") if "=" in part)
@@ -391,13 +270,6 @@ def requested_dtype(dtype_flag: str, model_args: str) -> str:
     if "dtype" in extra and dtype_flag != "auto":
         raise ValueError("give the dtype once: --dtype or dtype= in --model-args")
     return extra.get("dtype", dtype_flag).strip()
-
-
-def _runs_on_cpu(device) -> bool:
-    if device:
-        return str(device).startswith("cpu")
-    # An NVIDIA device node, without importing torch (seconds): bad flags must fail fast.
-    return not any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 HELDOUT_EXTRA = ("pi", "uniform")
@@ -456,7 +328,9 @@ def _check(args) -> None:
     if args.fitness == "tiebreak":  # here, so that a bad setting is one line before anything loads
         check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
+    args.base_sweep_values = parse_sweep(args.base_sweep) if args.scaling == "both" else []
     args.heldout_extra = _heldout_extra(args.heldout_extra)
+    _check_robust_settings(args)
     if args.heldout_samples < 0:
         raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")
     if isinstance(args.metadata, str):
@@ -473,6 +347,33 @@ def _check(args) -> None:
         raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite contradict each other")
+
+
+def _check_robust_settings(args) -> None:
+    """--condition, --scaling both, --validation-samples, --select-top, --time-budget."""
+    from lpes_harness.analysis.conditions import search_conditions
+    from lpes_harness.search.budget import parse_duration
+
+    metadata = args.metadata
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            metadata = {}  # named by the --metadata check
+    args.conditions = search_conditions(args.condition or [], args.task, metadata if isinstance(metadata, dict) else {},
+                                        args.chat_template)
+    if args.scaling == "both":
+        if args.brute_force:
+            raise ValueError("--scaling both searches two curves of control points; --brute-force has one gene per layer")
+        if not (0 < args.base_y_min <= args.base_y_max) or args.base_y_step <= 0:
+            raise ValueError(f"--base-y-min {args.base_y_min} --base-y-max {args.base_y_max} --base-y-step "
+                             f"{args.base_y_step}: need 0 < min <= max and a step > 0")
+        if args.my_base is not None and args.my_base < 0:
+            raise ValueError(f"--my-base {args.my_base}: must be >= 0")
+    if args.validation_samples < 0 or args.select_top < 1:
+        raise ValueError(f"--validation-samples {args.validation_samples} / --select-top {args.select_top}: "
+                         "need >= 0 and >= 1")
+    args.time_budget_seconds = parse_duration(args.time_budget) if args.time_budget else None
 
 
 def _percent_list(text: str) -> tuple[int, ...]:

@@ -31,6 +31,7 @@ class SearchConfig:
     seed: int = 0
     cache_decimals: int = 6
     mutation: str = "paper"  # "paper": Equation 4's intervals; "joint": the wider joint draw (operators.py)
+    my_base: float | None = None  # scaling both: the base curve's My (None: as many steps as My)
 
     def __post_init__(self):
         for f in fields(self):
@@ -52,8 +53,8 @@ class SearchConfig:
             )
         if self.crossovers and self.parents < 2:
             raise ValueError(f"crossover needs at least 2 parents, got parents={self.parents}")
-        if not (self.mx >= 0 and self.my >= 0):
-            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mx}, My={self.my}")
+        if not (self.mx >= 0 and self.my >= 0) or (self.my_base is not None and not self.my_base >= 0):
+            raise ValueError(f"mutation steps must be >= 0, got Mx={self.mx}, My={self.my}, My_base={self.my_base}")
         check_mutation(self.mutation)
 
     def planned_individuals(self) -> int:
@@ -61,7 +62,11 @@ class SearchConfig:
         return self.population + self.generations * (2 * self.crossovers + self.mutants)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As a checkpoint keeps it; ``my_base`` only when set (states saved before it still compare equal)."""
+        values = asdict(self)
+        if values["my_base"] is None:
+            del values["my_base"]
+        return values
 
     @classmethod
     def from_settings(cls, settings: Any) -> "SearchConfig":

@@ -43,6 +43,10 @@ FITNESS_KEYS = ("task", "metadata", "mode", "scorer", "weights", "positions", "n
 # The search's own settings (the command line's and SearchConfig's names are the same).
 SEARCH_KEYS = ("population", "parents", "mutants", "crossovers", "generations", "mx", "my", "crossover_tries", "seed",
                "mutation", "curve", "control_points", "brute_force", "y_min", "y_max", "y_step", "initial_y", "sweep")
+# Scaling both: the base curve's settings.
+BOTH_KEYS = ("base_y_min", "base_y_max", "base_y_step", "my_base", "base_sweep")
+# What the stages after the search do (final choice, uniform.json), when not their defaults.
+AFTER_SEARCH = {"validation_samples": 0, "select_top": 4, "uniform_tuning": False}
 MAY_GROW = {"search.generations", "config.generations"}
 VERSIONED = ("lm_eval", "transformers")
 # Files of a local model directory that define the model (weights, config, tokenizer).
@@ -70,6 +74,14 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
         search["layer_type"] = values["layer_type"]
     if values.get("scaling", "position") != "position":  # absent means position: likewise
         search["scaling"] = values["scaling"]
+    if values.get("scaling") == "both":  # the base curve's grid and steps (both runs only)
+        search.update({key: _plain(values.get(key)) for key in BOTH_KEYS})
+    if values.get("condition"):  # a search over conditions (absent: the one of task and metadata)
+        fitness["conditions"] = _plain(list(values["condition"]))
+        fitness["condition_objective"] = values.get("condition_objective", "mean")
+    for key, default in AFTER_SEARCH.items():  # the stages after the search, when they run
+        if values.get(key, default) != default:
+            search[key] = _plain(values[key])
     result = {
         "format": FORMAT,
         "fitness": fitness,

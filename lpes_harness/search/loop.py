@@ -125,6 +125,7 @@ class GeneticSearch:
             crossover_tries=config.crossover_tries,
             num_parents=config.parents,
             mutation=config.mutation,
+            max_dy_base=config.my_base,
         )
         self.toolbox.register("evaluate", evaluate)
         self.cache: dict[tuple[float, ...], tuple[float, Any]] = {}

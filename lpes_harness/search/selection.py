@@ -153,10 +153,11 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
     return {
         "chosen": leader.label,
         "chosen_kind": leader.kind,
-        "message": NO_CURVE_WON if leader.is_uniform else f"{leader.label} won on the validation samples",
+        "message": NO_CURVE_WON if leader.is_uniform else "a per-layer curve won on the validation samples",
         "objective": objective,
         "rounds": rounds,
-        "candidates": [_summary(conditions, c, objective) for c in candidates],
+        "candidates": [{**_summary(conditions, c, objective),
+                        "validation_fitness_first": rounds[0]["validation_fitness"][c.label]} for c in candidates],
     }
 
 

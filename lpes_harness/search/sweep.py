@@ -42,7 +42,8 @@ def parse_sweep(text) -> list[float]:
 
 def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list[float]], *,
               known: Mapping[float, tuple[float, dict]] | None = None,
-              on_point: Callable[[dict], None] | None = None) -> dict:
+              on_point: Callable[[dict], None] | None = None, kind: str | None = None,
+              best: dict | None = None) -> dict:
     """Score each uniform scale; ``evaluate(scales, threshold) -> (fitness, info)``.
 
     ``uniform(value)`` gives the layer scales of one value (:meth:`GenomeSpec.uniform`: the layers
@@ -51,27 +52,32 @@ def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list
     ``known``: ``{scale: (fitness, info)}`` of points scored before (a killed sweep's journal, read
     back on resume); they are taken as they are, not evaluated again, and each later point is
     raced against the same threshold as in an uninterrupted sweep. ``on_point(point)`` is called
-    after each newly scored point (the search journals it there).
+    after each newly scored point (the search journals it there). ``kind`` (scaling both:
+    ``position`` or ``base``) is kept in each point; ``best``, a complete point of an earlier
+    kind's sweep, is what the first point races against.
 
-    Returns ``{"points": [{"scale", "fitness", "info"}...] (in scale order), "best": scale}``.
-    A raced-out point's fitness is an upper bound below the best, marked in its info.
+    Returns ``{"points": [{"scale", "fitness", "info"}...] (in scale order), "best": scale,
+    "best_point": the point}``. A raced-out point's fitness is an upper bound below the best,
+    marked in its info.
     """
     if not values:
         raise ValueError("the sweep needs at least one scale")
     known = {float(scale): point for scale, point in (known or {}).items()}
-    points, best = [], None
+    points = []
     for value in values:
         threshold = -math.inf if best is None else best["fitness"]
         scored_before = float(value) in known
         fitness, info = known[float(value)] if scored_before else evaluate(uniform(float(value)), threshold)
         point = {"scale": float(value), "fitness": float(fitness), "info": info}
+        if kind is not None:
+            point = {"kind": kind, **point}
         if not scored_before and on_point is not None:
             on_point(point)
         points.append(point)
         complete = not (info or {}).get("raced")
         if complete and (best is None or fitness > best["fitness"]):
             best = point
-    return {"points": sorted(points, key=lambda p: p["scale"]), "best": best["scale"]}
+    return {"points": sorted(points, key=lambda p: p["scale"]), "best": best["scale"], "best_point": best}
 
 
 def snap_initial_y(best: float, y_min: float, y_max: float, y_step: float) -> float:

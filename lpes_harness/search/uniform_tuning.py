@@ -15,10 +15,11 @@ Every scored point is appended to a journal as it comes: a killed run resumes wh
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Callable, Sequence
+
+from lpes_harness.files import append_jsonl, read_jsonl
 
 
 def coarse_to_fine(values: Sequence[float]) -> list[float]:
@@ -60,8 +61,6 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
     """
     done = {p["label"]: dict(p) for p in known}
     if journal is not None and journal.is_file():
-        from lpes_harness.files import read_jsonl
-
         for line in read_jsonl(journal):  # a torn last line is skipped: that point is scored again
             done[line["label"]] = line
     used = sum(p.get("forwards", 0) for p in done.values())
@@ -82,19 +81,8 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
         used += record["forwards"]
         done[point["label"]] = record
         if journal is not None:
-            _append(journal, record)
+            append_jsonl(journal, record)
         if progress:
             progress(record)
     chosen = best()
     return {"best": chosen, "points": list(done.values()), "forwards": used, "budget": budget}
-
-
-def _append(path: Path, record: dict) -> None:
-    import os
-
-    data = (json.dumps(record) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)  # one write: a line is there whole or not at all
-    finally:
-        os.close(fd)

@@ -1,0 +1,120 @@
+"""``lpes-search --time-budget 10m``: size a search and its held-out table to end in time.
+
+On a 2-core CPU one forward is near the chip's limit, so the only way to a faster main job is
+fewer forwards. The plan, from the seconds one sample takes (timed on the loaded model before
+anything else runs):
+
+1. **The held-out table first.** It must be able to show the gain it exists to show: enough
+   paired samples that a gain of ``gain`` points (``discordant`` of the samples changing, most of
+   them for the better) reaches exact McNemar p < ``alpha`` (:func:`heldout_samples_for`). Its
+   rows (vanilla, the curve, and any extra) each score every one of those samples.
+2. **Then the search** gets what is left: the sweep's points, and as many individuals as the
+   forwards allow at the profile's samples per position, generation 0 being the population
+   and each later one ``crossovers + mutants`` new individuals.
+
+If the budget cannot hold that table and a search of at least one generation, the plan says so
+before anything starts (:class:`BudgetTooSmall`), with the budget that would.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from lpes_harness.analysis.stats import mcnemar_exact
+
+# A +10-point gain with 3 % of samples lost: the rate of the demo's curves (4 to 7 lost in 200).
+DEFAULT_GAIN, DEFAULT_LOST, DEFAULT_ALPHA = 0.10, 0.03, 0.01
+
+
+class BudgetTooSmall(ValueError):
+    """The budget holds no search with a held-out table that can show the gain."""
+
+
+def parse_duration(text) -> float:
+    """``600``, ``600s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds (> 0)."""
+    value = str(text).strip().lower()
+    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", value)
+    if not value or parts is None or not any(parts.groups()):
+        raise ValueError(f"--time-budget {text!r}: give a duration such as 600, 600s, 10m, 1.5h or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    if total <= 0:
+        raise ValueError(f"--time-budget {text!r}: must be more than 0 seconds")
+    return total
+
+
+def heldout_samples_for(positions: int, gain: float = DEFAULT_GAIN, lost: float = DEFAULT_LOST,
+                        alpha: float = DEFAULT_ALPHA) -> int:
+    """Samples per position such that ``gain`` (a fraction) with ``lost`` of the samples lost and
+    ``gain + lost`` gained reaches exact McNemar p < ``alpha`` on all positions pooled."""
+    for per_position in range(1, 10_000):
+        n = per_position * positions
+        gained, lost_n = math.floor((gain + lost) * n), math.ceil(lost * n)
+        if gained > lost_n and mcnemar_exact(gained, lost_n) < alpha:
+            return per_position
+    raise ValueError(f"no held-out size shows a gain of {gain} at p < {alpha}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds_per_sample: float
+    budget_seconds: float
+    heldout_samples: int  # per position
+    heldout_rows: int
+    search_samples: int  # per position
+    sweep_points: int
+    population: int
+    parents: int
+    mutants: int
+    crossovers: int
+    generations: int
+
+    @property
+    def individuals(self) -> int:
+        return self.population + self.generations * (self.crossovers + self.mutants)
+
+    def describe(self, positions: int) -> str:
+        search = (self.sweep_points + self.individuals) * positions * self.search_samples
+        heldout = self.heldout_rows * positions * self.heldout_samples
+        return (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
+                f"search of {self.sweep_points} sweep points + {self.individuals} individuals (population "
+                f"{self.population}, {self.generations} generations of {self.crossovers} crossover + {self.mutants} "
+                f"mutants) on {self.search_samples} samples per position, at most {search} forwards; then a held-out "
+                f"table of {self.heldout_rows} rows x {self.heldout_samples} samples per position ({heldout} "
+                f"forwards), enough for a +{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "individuals": self.individuals}
+
+
+def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
+         sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0) -> Plan:
+    """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
+
+    ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
+    fraction of an individual's samples racing is expected to save (0: plan for the worst case)."""
+    heldout = heldout_samples_for(positions)
+    heldout_forwards = heldout_rows * positions * heldout
+    forwards = (budget_seconds - overhead_seconds) / seconds_per_sample - heldout_forwards
+    per_individual = positions * search_samples * (1 - racing_saving)
+    individuals = int(forwards / per_individual) - sweep_points
+    # The smallest search worth the name: a population of 4 and one generation of 2 children.
+    if individuals < 6:
+        need = overhead_seconds + seconds_per_sample * (heldout_forwards + (sweep_points + 6) * per_individual)
+        raise BudgetTooSmall(
+            f"a time budget of {budget_seconds / 60:.1f} min holds a held-out table able to show a "
+            f"+{100 * DEFAULT_GAIN:.0f}-point gain at p < {DEFAULT_ALPHA} ({heldout_rows} rows x {heldout} samples "
+            f"per position at {seconds_per_sample:.2f} s a sample) but no search beside it; give at least "
+            f"{math.ceil(need / 60)} min")
+    population = max(4, min(12, individuals // 3))
+    children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
+    crossovers = 1
+    mutants = children - crossovers
+    parents = population - children
+    generations = max(1, (individuals - population) // children)
+    return Plan(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
+                heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points,
+                population=population, parents=parents, mutants=mutants, crossovers=crossovers,
+                generations=generations)

@@ -1,0 +1,82 @@
+"""The run folder's record: ``config.json`` (the run's settings and fingerprint, what ``--resume``
+restores and compares), the refusals of a resume that would mix two experiments, and a fresh
+start's clean-up. Every refusal is one line on stderr with exit status 2, before anything is
+written."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from lpes_harness.files import atomic_write_json
+from lpes_harness.search.fingerprint import mismatches
+
+
+def fail(message: str):
+    """One line on stderr, exit status 2 (as the command line's own errors)."""
+    print(f"lpes-search: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def check_resume(output: Path, record: dict | None, checkpoint: dict | None, current: dict) -> None:
+    """Refuse, before anything is written and with exit status 2, a resume whose settings differ from
+    the run's: one line per difference (so one changed flag is one line), compared with the
+    checkpoint's fingerprint or, before the search has a checkpoint (a kill in the sweep), with the
+    one ``config.json`` recorded. A folder from before runs recorded their settings gets one line
+    that says to give its flags again."""
+    saved = (checkpoint or record or {}).get("fingerprint")
+    what = "the checkpoint was" if checkpoint is not None else "the run was"
+    problems = mismatches(saved, current) if saved else [f"{'the checkpoint' if checkpoint else 'the run'} has no "
+                                                         "fingerprint (made before it existed)"]
+    if not problems:
+        return
+    prefix = f"--resume {output}: {what} made with different settings: "
+    if not (record or {}).get("settings"):
+        # A folder from before runs recorded their settings: the flags not given took their
+        # defaults, so many may differ; one line says what to do.
+        command = (record or {}).get("command")
+        fail(prefix + "; ".join(problems) + " (this run folder was made before runs recorded their settings for "
+              "--resume: give its flags again" + (f", as in its command: {command})" if command else ")"))
+    for line in problems[:-1]:  # one line per difference: one changed flag is one line
+        print(f"lpes-search: error: {prefix}{line}", file=sys.stderr)
+    fail(prefix + problems[-1])
+
+
+# What a fresh start (a new run, or --overwrite) removes first: the state a resume would read.
+RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json")
+
+
+def clear_run_state(output: Path) -> None:
+    for name in RUN_STATE:
+        (output / name).unlink(missing_ok=True)
+
+
+def write_config(path: Path, resume: bool, record: dict) -> None:
+    """config.json is the first run's record; a resume appends to its ``resumes`` list, never replaces it.
+
+    Only ``settings`` and ``fingerprint``, what the next ``--resume`` restores and compares, become
+    this run's (they differ only where a resume may differ: a grown ``--generations``, ``--threads``,
+    ...; the resume's entry lists them under ``changed``)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    if resume and path.exists():
+        first = json.loads(path.read_text())
+        entry = {"command": record["command"], "at": now}
+        previous = first.get("settings") or {}
+        changed = {name: {"saved": previous[name], "now": value} for name, value in record["settings"].items()
+                   if name in previous and previous[name] != value}
+        if changed:
+            entry["changed"] = changed
+        first.setdefault("resumes", []).append(entry)
+        first["settings"], first["fingerprint"] = record["settings"], record["fingerprint"]
+        atomic_write_json(path, first)
+    else:
+        atomic_write_json(path, {**record, "started": now})
+
+
+def record_genome(path: Path, spec) -> None:
+    """config.json's ``genome`` once the sweep has chosen the start (``initial_y``)."""
+    record = json.loads(path.read_text())
+    if record.get("genome") != spec.to_dict():
+        atomic_write_json(path, {**record, "genome": spec.to_dict()})

