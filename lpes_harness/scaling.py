@@ -57,3 +57,23 @@ def describe(scaling: str) -> str:
         "both": "both (layer h has a pair: RoPE base b_h x theta at positions i / p_h; 2L numbers, "
                 "the L position factors then the L base factors)",
     }[scaling]
+
+
+def promote(flat, scaling: str) -> list[float]:
+    """Factors of ``scaling`` as the ``both`` list that does the same: a position curve with base
+    factors 1, a base curve with position factors 1 (each half alone is exactly its own scaling)."""
+    values = [float(v) for v in flat]
+    if scaling == "both":
+        return values
+    ones = [1.0] * len(values)
+    return values + ones if scaling == "position" else ones + values
+
+
+def canonical(flat, scaling: str) -> list[float]:
+    """The shortest statement of the same factors, for keys that must match across scalings: a
+    ``both`` list whose base half is all ones is its position half (bit for bit the same model)."""
+    values = [float(v) for v in flat]
+    if scaling == "both" and len(values) % 2 == 0 and all(v == 1.0 for v in values[len(values) // 2:]):
+        return values[:len(values) // 2]
+    return values
+

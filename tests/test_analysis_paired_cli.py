@@ -287,3 +287,27 @@ def test_the_sample_bar_still_reports_into_a_log_file(capsys):
     with sample_bar(3, disable=True) as progress:
         progress("LPES", 50, 3)
     assert capsys.readouterr().err == ""
+
+
+def test_curves_of_different_scalings_share_one_run_and_one_cache(checkpoint, tmp_path):
+    """A position curve and a both curve: scored on one both model, the position curve as itself with base
+    factors 1 (bit for bit its own scaling), keyed as itself, so a position-only run's scores are reused."""
+    from lpes_harness.scales_file import write_scales_file
+
+    position, both = tmp_path / "position.json", tmp_path / "both.json"
+    write_scales_file(position, [1.0, 1.5, 2.0, 2.0])
+    write_scales_file(both, [1.0, 1.0, 1.5, 1.5, 2.0, 2.0, 1.0, 1.0], scaling="both")
+    output = tmp_path / "out"
+    alone = paired("--scales", f"p={position}", "--no-pi", *common(checkpoint, output))
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    first = json.loads((output / "heldout.json").read_text())["scored"]["scores"]
+    together = paired("--scales", f"p={position}", "--scales", f"b={both}", "--no-pi", *common(checkpoint, output))
+    assert together.returncode == 0, together.stderr[-3000:]
+    scored = json.loads((output / "heldout.json").read_text())["scored"]
+    assert scored["scaling"] == "both" and scored["scores"]["LPES p"] == first["LPES p"]
+    assert scored["scores"]["vanilla"] == first["vanilla"]
+    cache = json.loads((output / "scores.cache.json").read_text())
+    assert "scaling" not in cache["identity"]  # the position run's cache, extended
+    assert any(json.loads(key.rpartition("@")[0]) == [1.0, 1.0, 1.5, 1.5, 2.0, 2.0, 1.0, 1.0] for key in cache["blocks"])
+    assert not any(len(json.loads(key.rpartition("@")[0])) == 8 and json.loads(key.rpartition("@")[0])[4:] == [1.0] * 4
+                   for key in cache["blocks"])  # a both curve with base factors 1 is keyed as its position curve

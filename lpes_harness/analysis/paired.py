@@ -22,7 +22,7 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
-from lpes_harness.scaling import factors_per_layer, halves, identity
+from lpes_harness.scaling import canonical, factors_per_layer, halves, identity, promote
 
 
 def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: Sequence[int] = (),
@@ -123,10 +123,12 @@ def cache_identity(task: str, metadata, chat_template: str, pretrained: str | No
     held-out table and this command build it alike, so either reuses the other's scores.
 
     Scores are keyed by scales, which mean other RoPEs under ``scaling="base"``: such a cache says so
-    (and is refused by a position run); position caches keep their old identity."""
+    (and is refused by a position run); position caches keep their old identity, and share it with
+    ``both`` runs, whose keys are the factors' canonical form (:func:`lpes_harness.scaling.canonical`:
+    a both curve with base factors 1 is keyed as its position curve, the very same model)."""
     identity = {"task": task, "split": "heldout", "metadata": dict(metadata or {}), "chat_template": chat_template,
                 "mode": "greedy", "pretrained": pretrained, "dtype": dtype}
-    if scaling != "position":
+    if scaling == "base":  # a both curve is keyed by its factors' canonical form, which position curves share
         identity["scaling"] = scaling
     return identity
 
@@ -184,7 +186,8 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     try:
         for name, scales in methods.items():
             lm.set_scales(list(scales))
-            scores[name] = {p: _fill(scorer, scales, p, cache, functools.partial(report, name, p)) for p in percents}
+            key = canonical(scales, lm.scaling)  # a both curve with base factors 1 is its position curve
+            scores[name] = {p: _fill(scorer, key, p, cache, functools.partial(report, name, p)) for p in percents}
     finally:
         lm.set_scales(previous)
     for name, baseline in (baselines or {}).items():
@@ -307,13 +310,12 @@ def main(argv=None) -> None:
                   for name, path in named}
         if len(curves) != len(named):
             raise ValueError("two --scales have the same name; give them NAME=FILE")
-        # One loaded model scores every row, so every curve must scale the same thing.
+        # One loaded model scores every row: curves of different scalings are all stated as scaling both,
+        # each with its other half at 1 (exactly its own scaling), and scored on a both model.
         scalings = {path: read[path][1] or "position" for _, path in named}
-        if len(set(scalings.values())) > 1:
-            raise ValueError("the --scales files scale different things (" + ", ".join(
-                f"{path}: {kind}" for path, kind in scalings.items()) + "); compare curves of different scalings "
-                "in separate runs, or through lm_eval and lpes-report")
-        scaling = next(iter(scalings.values()))
+        scaling = next(iter(scalings.values())) if len(set(scalings.values())) == 1 else "both"
+        curves = {name: promote(values, scalings[path]) if scaling == "both" else values
+                  for (name, values), (_, path) in zip(curves.items(), named)}
         uniform = parse_uniform(args.uniform, scaling)
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         held = held_layers_of(args.pretrained, args.layer_type)

@@ -29,10 +29,14 @@ class ScoreCache:
             # Files written before blocks could grow named their sample count; their samples are
             # still the first ones of the split, which the rest of the identity pins down.
             identity_saved.pop("num_samples", None)
+            blocks = saved.get("blocks", {})
+            if identity_saved.get("scaling") == "both":  # written before both curves were keyed canonically
+                del identity_saved["scaling"]
+                blocks = {_canonical_key(key): block for key, block in blocks.items()}
             if identity_saved != self.identity:
                 raise ValueError(f"{self.path} holds scores of other samples or another model "
                                  f"({identity_saved} != {self.identity}); remove it or choose another --output")
-            self.blocks = saved.get("blocks", {})
+            self.blocks = blocks
             self.fingerprints = saved.get("fingerprints", {})
 
     @staticmethod
@@ -115,3 +119,18 @@ class ScoreCache:
         self.blocks[self.key(scales, percent)] = list(values)
         atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
         kill_point("score-cache")  # test hook (lpes_harness.files.kill_point): a kill between two blocks
+
+
+def _canonical_key(key: str) -> str:
+    """A key of a both curve in its canonical form (:func:`lpes_harness.scaling.canonical`)."""
+    from lpes_harness.scaling import canonical
+
+    scales, at, percent = key.rpartition("@")
+    try:
+        values = json.loads(scales)
+    except json.JSONDecodeError:
+        return key
+    if not isinstance(values, list):
+        return key  # a baseline's spec
+    return json.dumps([round(float(s), 6) for s in canonical(values, "both")]) + f"@{percent}"
+
