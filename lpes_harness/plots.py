@@ -89,8 +89,6 @@ def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
     only an upper bound) is an open marker of its own, and counts in no line. Statistics
     from runs before racing was told apart (no ``fitnesses`` key) show the lines only.
     """
-    from matplotlib.ticker import MaxNLocator
-
     figure = _figure(figsize=(6, 3.5))
     axes = figure.add_subplot()
     generations = [s["generation"] for s in generation_stats]
@@ -108,9 +106,16 @@ def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
     means = [(g, s.get("mean_fitness")) for g, s in zip(generations, generation_stats)]
     axes.plot([g for g, m in means if m is not None], [m for _, m in means if m is not None], "s--",
               label="mean of complete")
+    _save_by_generation(figure, axes, "fitness", path)
+
+
+def _save_by_generation(figure, axes, ylabel: str, path) -> None:
+    """The x axis of a by-generation plot (whole generations), its y label and legend; then saved."""
+    from matplotlib.ticker import MaxNLocator
+
     axes.set_xlabel("generation")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel("fitness")
+    axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     _save_figure(figure, Path(path))
@@ -118,8 +123,6 @@ def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
 
 def plot_condition_scores(path, generation_stats: Sequence[dict]) -> None:
     """A search over conditions: each condition's score of the generation's best individual."""
-    from matplotlib.ticker import MaxNLocator
-
     rows = [(s["generation"], s["best_scores"]) for s in generation_stats if isinstance(s.get("best_scores"), dict)]
     names = list(dict.fromkeys(name for _, scores in rows for name in scores))
     figure = _figure(figsize=(6, 3.5))
@@ -127,12 +130,7 @@ def plot_condition_scores(path, generation_stats: Sequence[dict]) -> None:
     for k, name in enumerate(names):
         points = [(g, scores[name]) for g, scores in rows if scores.get(name) is not None]
         axes.plot([g for g, _ in points], [v for _, v in points], "o-", color=f"C{k}", label=name)
-    axes.set_xlabel("generation")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel("condition fitness of the best individual")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    _save_figure(figure, Path(path))
+    _save_by_generation(figure, axes, "condition fitness of the best individual", path)
 
 
 def plot_uniform_points(points: Sequence[Mapping], path, chosen: str | None = None,
