@@ -70,8 +70,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from lm_eval.models.huggingface import HFLM
 
-    from lpes_harness.baselines import buckets
-    from lpes_harness.baselines.buckets import BucketsLM
+    from lpes_harness.methods import buckets
+    from lpes_harness.lmeval.method_models import BucketsLM
     from lpes_harness.files import atomic_write_json
     from lpes_harness.lmeval.answer_logits import score_answers
     from lpes_harness.lmeval.requests import loglikelihood_requests

@@ -66,7 +66,7 @@ def lpes_scales(path: str | None, n_layers: int) -> list[float]:
 def make_methods(model, scales: list[float], gates: str | None):
     """name -> (install, remove, next_logits) on the one loaded model."""
     from lpes_harness import rope
-    from lpes_harness.baselines import buckets, moice, mspoe
+    from lpes_harness.methods import buckets, moice, mspoe
 
     def plain_next_logits(ids, mask, positions, cache):
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
@@ -112,7 +112,7 @@ def time_prefill(model, next_logits, input_ids) -> float:
 def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
     from transformers import DynamicCache
 
-    from lpes_harness.baselines.decoding import greedy_generate
+    from lpes_harness.methods.decoding import greedy_generate
 
     synchronize(input_ids.device)
     start = time.perf_counter()

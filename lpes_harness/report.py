@@ -9,7 +9,8 @@ the file's name.
 
 Written into ``--out``:
 
-- ``report.md``: paper-style tables (methods x tasks, in percent): position tasks by gold
+- ``report.md``: the methods, each with its label and description from the table of methods
+  (:data:`lpes_harness.methods.METHODS`) where lm-eval ran one of ours; paper-style tables (methods x tasks, in percent): position tasks by gold
   position, each cell with its 95 % Wilson interval (from lm-eval's sample counts) and, where
   the runs were made with ``--log_samples``, the difference from the baseline method (``vanilla``
   if given, else the first) with an exact McNemar p on the same samples; only a significant
@@ -42,6 +43,7 @@ from lpes_harness.analysis.report_tables import (
     baseline_method,
     covered_tasks,
     leval_section,
+    methods_section,
     multiple_choice_section,
     other_section,
     position_groups,
@@ -94,7 +96,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     for name, content in kept.items():
         atomic_write_json(out / name, content, indent=1 if name == KEPT_SAMPLES else 2)
-    sections = [f"# {title}\n", "Methods: " + ", ".join(f"`{m.name}`" for m in methods) + ".\n"]
+    sections = [f"# {title}\n", methods_section(methods)]
 
     groups = position_groups(methods)
     if groups:

@@ -37,7 +37,7 @@ they are and slows the slowest by s_h (frequency j times s_h^(-2j/d)), where a p
 slows all of them alike. On Gemma-3-270M that is the change that removes its position bias
 (results/tuned_baselines_gemma3/buckets_single_base), and a position scale cannot express it.
 The layer's (cos, sin) are then computed from the model's own ``inv_freq`` raised to the new
-base (:mod:`lpes_harness.baselines.rope_math`, which the baselines that change bases share); so
+base (:mod:`lpes_harness.rope_math`, which the methods that change bases share); so
 it is defined for plain ('default') RoPE only and refused, at :func:`install`, for others.
 
 ``scaling="both"`` gives layer h a pair (p_h, b_h), passed as one flat list of 2L numbers (the L
@@ -67,7 +67,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from lpes_harness.baselines import rope_math
+from lpes_harness import rope_math
 from lpes_harness.rope_anatomy import (
     LPESError,
     RoPEParts,

@@ -2,6 +2,10 @@
 
 - no import cycle between files, counting the imports inside functions (a function-local
   import hides a cycle from Python, not from a reader);
+- the layers (:data:`LAYERS`, lowest first: core, methods, lmeval and tasks, evaluation, search,
+  commands): every module is in one (:data:`LAYER_OF`), and none imports from a layer above its
+  own, function-local imports included (data flows down: a command asks evaluation or search,
+  which ask the methods and lm-eval, which stand on the core);
 - ``analysis/``, ``lmeval/`` and ``tasks/`` never import ``search/``;
 - no module-level ``__getattr__`` (a re-export shim keeps a moved name alive at two addresses);
 - no private lm-eval name outside ``lpes_harness/lmeval/`` (the one place that knows its insides);
@@ -116,10 +120,86 @@ def _cycle_within(group: set[str], graph: dict[str, set[str]]) -> list[str]:
 
 MODULES = parse_modules()
 
+# The layers, lowest first: a module may import from its own layer and the ones below.
+LAYERS = ("core", "methods", "lmeval and tasks", "evaluation", "search", "commands")
+
+# Every module of lpes_harness (without the ``lpes_harness.`` prefix; "" is the package) and its layer.
+# A module that is a library and a command at once (an analysis module with a main()) is in the
+# layer of its library part: where its importers need it, which its own imports allow.
+LAYER_OF = {
+    **dict.fromkeys((
+        "", "arg_values", "curves", "files", "models", "named_path", "plots", "rope", "rope_anatomy", "rope_factors",
+        "rope_math", "scales_args", "scales_file", "scaling",
+    ), "core"),
+    # every way of changing a model at inference, the table of them, and what they share
+    **dict.fromkeys((
+        "methods", "methods.arguments", "methods.attention", "methods.buckets", "methods.decoding", "methods.fitm",
+        "methods.model_checks", "methods.moice", "methods.mspoe", "methods.parameters", "methods.poshidden",
+        "methods.query_rows", "methods.state", "methods.string_shift", "methods.train_moice",
+    ), "methods"),
+    # lm-eval's side: registration (the .pth hook, lpes-eval's register), our lm-eval models, the tasks
+    **dict.fromkeys((
+        "_startup", "plugin", "lm", "lmeval", "lmeval.answer_logits", "lmeval.answer_starts", "lmeval.contract",
+        "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer",
+        "lmeval.registration", "lmeval.requests", "lmeval.tasks",
+        "tasks", "tasks.data", "tasks.kv_retrieval", "tasks.mdqa", "tasks.metrics", "tasks.multi_needle",
+        "tasks.needle", "tasks.position", "tasks.suites", "tasks.suites.common", "tasks.suites.leval",
+        "tasks.suites.multiple_choice", "tasks.suites.yaml_files", "tasks.suites.zeroscrolls",
+    ), "lmeval and tasks"),
+    # the library under the commands: methods scored on the same samples, caches, statistics, tables
+    **dict.fromkeys((
+        "analysis", "analysis.baseline_rows", "analysis.calibration", "analysis.conditions", "analysis.inputs",
+        "analysis.layer_types", "analysis.logged_samples", "analysis.paired", "analysis.paired_table",
+        "analysis.report_tables", "analysis.results_files", "analysis.score_cache", "analysis.search_history",
+        "analysis.stats", "analysis.transfer", "analysis.wrong_answers",
+        "methods.poshidden_channel",  # the channel statistic, then candidates scored on a task's samples
+    ), "evaluation"),
+    **dict.fromkeys((
+        "search", "search.budget", "search.callbacks", "search.condition_fitness", "search.config",
+        "search.distributed", "search.final_choice", "search.fingerprint", "search.fitness", "search.genome",
+        "search.heldout", "search.loop", "search.operators", "search.profiles", "search.run_record",
+        "search.selection", "search.sweep", "search.uniform_tuning", "search.validate",
+    ), "search"),
+    # entry points: lpes-search (run, its parser cli), lpes-report, lpes-check (validity), python -m ...
+    **dict.fromkeys((
+        "report", "search.run", "search.cli", "search.tune_baselines", "analysis.attention", "analysis.rsm",
+        "analysis.validity", "tasks.__main__",
+    ), "commands"),
+}
+
+
+def layer_of(module: str, package: str = PACKAGE_DIR.name) -> str | None:
+    return LAYER_OF.get(module[len(package) + 1:] if module != package else "")
+
+
+def upward_imports(graph: dict[str, set[str]], layer=layer_of) -> list[str]:
+    """``module (its layer) imports target (a higher layer)``, for every such import."""
+    rank = {name: index for index, name in enumerate(LAYERS)}
+    return sorted(
+        f"{module} ({layer(module)}) imports {target} ({layer(target)})"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(module) in rank and layer(target) in rank and rank[layer(target)] > rank[layer(module)]
+    )
+
 
 def test_no_import_cycle_between_files():
     cycles = import_cycles(import_graph(MODULES))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_every_module_is_in_one_layer():
+    names = {layer_of(module) for module in MODULES}
+    unplaced = sorted(module for module in MODULES if layer_of(module) is None)
+    assert not unplaced, f"modules in no layer (add them to LAYER_OF): {unplaced}"
+    assert names <= set(LAYERS)
+    gone = sorted(set(LAYER_OF) - {module.partition(".")[2] for module in MODULES})
+    assert not gone, f"LAYER_OF names modules that are not there: {gone}"
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    offenders = upward_imports(import_graph(MODULES))
+    assert not offenders, offenders
 
 
 def test_analysis_lmeval_and_tasks_never_import_search():
@@ -205,6 +285,8 @@ def test_the_graph_sees_function_local_imports_and_cycles(tmp_path):
     (package / "c.py").write_text("import lm_eval\nfrom lm_eval.api import _private\nx = lm_eval.api._hidden\n")
     modules = parse_modules(package)
     assert import_cycles(import_graph(modules)) == [["toy.a", "toy.b", "toy.a"]]
+    toy_layers = {"toy.a": "core", "toy.b": "methods", "toy.c": "commands"}.get
+    assert upward_imports(import_graph(modules), toy_layers) == ["toy.a (core) imports toy.b (methods)"]
     assert _private_lm_eval_uses(modules["toy.c"][1]) == ["lm_eval.api._hidden", "lm_eval.api._private"]
 
 

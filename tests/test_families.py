@@ -26,8 +26,7 @@ import torch
 from tiny_models import random_ids, tiny_family_model
 
 from lpes_harness import rope, rope_anatomy
-from lpes_harness.baselines import buckets, moice, mspoe
-from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.methods import buckets, moice, mspoe
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
 
@@ -269,7 +268,7 @@ def test_cached_greedy_generation_equals_full_recomputation(family):
 @pytest.mark.parametrize("family", ids_of(SUPPORTED))
 def test_the_answer_logits_output_layer_is_the_models_own(family):
     """What the answer-logits scorers run after the decoder gives the model's own logits (Granite divides them)."""
-    from lpes_harness.lmeval.answer_logits import output_layer
+    from lpes_harness.models import output_layer
 
     model = build(family)
     ids = random_ids(LENGTH)
@@ -346,7 +345,7 @@ def test_each_baseline_works_or_refuses_at_install(family, baseline):
     ids = random_ids(24)
     vanilla = logits(model, ids)
     if baseline not in family.baselines:
-        with pytest.raises(BaselineError, match=re.escape(f"'{model.config.model_type}'")):
+        with pytest.raises(rope_anatomy.LPESError, match=re.escape(f"'{model.config.model_type}'")):  # MethodError, or rope_math's
             TRIVIAL[baseline](model)
         assert torch.equal(logits(model, ids), vanilla), "a refused baseline leaves nothing behind"
         return

@@ -185,6 +185,23 @@ def test_missing_results_path_is_named(tmp_path):
         report.write_report([str(tmp_path / "nowhere")], tmp_path / "out")
 
 
+def test_each_method_is_named_by_the_table_of_methods(tmp_path):
+    """The report says what each method was, in the table's words, from the model its runs name."""
+    from lpes_harness.methods import METHODS
+
+    for folder, config in {"lpes": {"model": "lpes_hf", "model_args": "scales=run/scales.json"},
+                           "base": {"model": "lpes_hf", "model_args": "scales=run/scales.json", "lpes_scaling": "base"},
+                           "mspoe": {"model": "mspoe_hf", "model_args": {"min_ratio": 1.1}},
+                           "vanilla": {"model": "hf", "model_args": "pretrained=x"}}.items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "results.json").write_text(json.dumps({"results": {"t": {"acc,none": 0.5}}, "config": config}))
+    text = report.write_report([str(tmp_path / f) for f in ("lpes", "base", "mspoe", "vanilla")], tmp_path / "out").read_text()
+    for name, entry in {"lpes": "lpes", "base": "lpes_base", "mspoe": "mspoe"}.items():
+        method = METHODS[entry]
+        assert f"- `{name}`: {method.label} (`{method.lm_eval}`), {method.description}" in text
+    assert "- `vanilla` (`hf`)" in text
+
+
 def test_cli_writes_report(two_methods, capsys):
     tmp_path, sources, history = two_methods
     assert report.main([*sources, "--out", str(tmp_path / "cli"), "--history", str(history)]) == 0

@@ -69,6 +69,22 @@ def test_a_misspelt_argument_is_named_against_the_model_class():
         tune_baselines.check_argument_names("mspoe_hf", ["min_ratoi"])
 
 
+def test_without_a_grid_the_table_of_methods_gives_it_and_names_the_row():
+    from lpes_harness.methods import METHODS
+
+    parser = tune_baselines.build_parser()
+    plan = tune_baselines.check_args(parser.parse_args(["--baseline", "mspoe_hf", "--output", "x"]))
+    assert plan["name"] == "Ms-PoE" and plan["model"] == "mspoe_hf"
+    grid = METHODS["mspoe"].grid
+    assert len(plan["arg_strings"]) == len(grid["min_ratio"]) * len(grid["max_ratio"])
+    buckets = tune_baselines.check_args(parser.parse_args(["--baseline", "B=buckets_hf", "--output", "x"]))
+    assert buckets["name"] == "B" and buckets["arg_strings"][0] == "bases=1.0;1.3;1.6;1.9;2.2;2.5;2.8"
+    pi = tune_baselines.check_args(parser.parse_args(["--uniform", "--output", "x"]))
+    assert pi["name"] == "PI" and pi["values"] == list(METHODS["pi"].grid["scales"])
+    with pytest.raises(ValueError, match="hf needs --grid .* the table of methods has a grid for mspoe_hf, buckets_hf"):
+        tune_baselines.check_args(parser.parse_args(["--baseline", "hf", "--output", "x"]))
+
+
 def _plant(cache_path, spec, by_percent):
     cache = json.loads(cache_path.read_text())
     for percent, values in by_percent.items():

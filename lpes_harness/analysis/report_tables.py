@@ -46,6 +46,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[flo
     return "\n".join(lines)
 
 
+def methods_section(methods: Sequence[Method]) -> str:
+    """The report's list of methods: each one's name, and what it is by the table of methods
+    (:data:`lpes_harness.methods.METHODS`: its label and description) where its runs were one of ours."""
+    lines = ["Methods:", ""]
+    for method in methods:
+        entry, model = method.entry, f" (`{method.model}`)" if method.model else ""
+        lines.append(f"- `{method.name}`" + (f": {entry.label}{model}, {entry.description}" if entry else model))
+    return "\n".join(lines) + "\n"
+
+
 def position_groups(methods: Sequence[Method]) -> dict[str, list[int]]:
     """Position task -> its gold percents, found from ``<task>_pos<percent>`` subtasks."""
     groups: dict[str, set[int]] = {}

@@ -16,6 +16,8 @@ from typing import Any
 
 from lpes_harness.analysis.logged_samples import logged_scores
 from lpes_harness.analysis.search_history import ReportError
+from lpes_harness.methods import Method as TableMethod
+from lpes_harness.methods import run_of
 from lpes_harness.named_path import split_named_path
 from lpes_harness.tasks.suites.multiple_choice import SUITES
 
@@ -59,6 +61,13 @@ class Method:
         self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
         self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
         self.files: list[Path] = []  # the results files read, in order
+        self.model: str | None = None  # lm-eval's model name (config "model"), and its --model_args
+        self.model_args: dict[str, Any] = {}
+
+    @property
+    def entry(self) -> TableMethod | None:
+        """What the runs were in the table of methods (its label, its description), if they were one of ours."""
+        return run_of(self.model, self.model_args)
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
@@ -72,7 +81,12 @@ class Method:
                 self.suites.setdefault(group, list(subtasks))
         for task, config in (data.get("configs") or {}).items():
             self.task_metadata[task] = config.get("metadata") or {}
-        scales = (data.get("config") or {}).get("lpes_scales")
+        config = data.get("config") or {}
+        self.model = self.model or config.get("model")
+        self.model_args.update(_model_args(config.get("model_args")))
+        if config.get("lpes_scaling"):  # a scales file says its scaling itself
+            self.model_args.setdefault("scaling", config["lpes_scaling"])
+        scales = config.get("lpes_scales")
         if scales:
             self.scales = [float(s) for s in scales]
         for task, counts in (data.get("n-samples") or {}).items():
@@ -89,6 +103,14 @@ class Method:
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
+
+
+def _model_args(value) -> dict[str, Any]:
+    """lm-eval's record of ``--model_args``: a dict, or the ``k=v,k=v`` text."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    pairs = (part.split("=", 1) for part in str(value or "").split(",") if "=" in part)
+    return {key.strip(): text.strip() for key, text in pairs}
 
 
 def suite_tasks(methods: Sequence[Method], group: str, default: Sequence[str]) -> tuple[str, ...]:

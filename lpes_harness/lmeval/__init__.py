@@ -12,10 +12,13 @@
   (the search's fitness, the held-out tables and ``lpes-check`` all score through it).
 - :mod:`.answer_logits`: the fast one-pass scorer behind it (logits only at the answer tokens).
 - :mod:`.hflm`: what our HFLM subclasses override of HFLM (and `loglikelihood` with logits only at the answers).
+- :mod:`.method_lm`: a method of the table (:data:`lpes_harness.methods.METHODS`) as an lm-eval
+  model, HFLM then the method's ``install``; :mod:`.method_models`: the methods that need more of HFLM.
 - :mod:`.contract`: the lm-eval internals all of the above assume, checked by
   ``tests/test_lmeval_contract.py`` against the pinned version.
 
-Cheap to import: nothing here imports lm-eval, torch or transformers at module level.
+Cheap to import: nothing here imports lm-eval, torch or transformers at module level, but the
+lm-eval model classes (:mod:`.method_lm`, :mod:`.method_models`), which lm-eval loads lazily by name.
 """
 
 # The lm-eval version these modules were written against (pyproject pins it).

@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from lpes_harness.models import cache_keyword
+from lpes_harness.models import cache_keyword, output_layer
 
 # ``batch_size="auto"`` on a CPU: one prompt per forward. On a CPU a ~750-token prompt is
 # compute-bound already at batch 1, so a batch costs about the sum of its rows; measured on
@@ -244,22 +244,6 @@ def _read_answers(logits_at, reads: list[tuple[int, int, list[int]]]) -> list[An
         scores.append(_judge(logits[start : start + len(answer)], answer))
         start += len(answer)
     return scores
-
-
-def output_layer(model, hidden: torch.Tensor) -> torch.Tensor:
-    """What the model's own forward does after the decoder: the head, and any logit scaling it applies."""
-    logits = model.get_output_embeddings()(hidden)
-    scale = getattr(model, "logit_scale", None)  # Cohere
-    if isinstance(scale, (int, float)) and scale != 1:
-        logits = logits * scale
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    divisor = getattr(config, "logits_scaling", None)  # Granite
-    if isinstance(divisor, (int, float)) and divisor != 1:
-        logits = logits / divisor
-    cap = getattr(config, "final_logit_softcapping", None)  # Gemma-2/3
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
 
 
 @torch.inference_mode()

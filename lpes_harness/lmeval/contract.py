@@ -46,6 +46,14 @@ def _registry() -> bool:
 
 
 @_assumption("lpes_harness/lmeval/registration.py")
+def _entry_point_targets() -> bool:
+    """the registry's lazy targets may also be EntryPoint objects, loaded with .load() (attribute paths)"""
+    from lm_eval.api import registry
+
+    return "ph.load()" in inspect.getsource(registry._materialise_placeholder)
+
+
+@_assumption("lpes_harness/lmeval/registration.py")
 def _task_manager() -> bool:
     """TaskManager.__init__ takes include_path, include_defaults, metadata"""
     from lm_eval.tasks.manager import TaskManager
@@ -165,7 +173,7 @@ def _cache_hook() -> bool:
     return _params(CacheHook.add_partial)[1:4] == ["attr", "req", "res"]
 
 
-@_assumption("lpes_harness/baselines/mspoe.py, buckets.py")
+@_assumption("lpes_harness/lmeval/method_models.py")
 def _model_hooks() -> bool:
     """HFLM._model_call(inps, attn_mask, labels) and _model_generate(context, max_length, stop, **kwargs)"""
     from lm_eval.models.huggingface import HFLM
@@ -174,7 +182,7 @@ def _model_hooks() -> bool:
         "context", "max_length", "stop"]
 
 
-@_assumption("lpes_harness/baselines/buckets.py")
+@_assumption("lpes_harness/lmeval/method_models.py")
 def _stop_criteria() -> bool:
     """lm_eval.models.utils_hf.stop_sequences_criteria(tokenizer, stop, initial_length, batch_size)"""
     from lm_eval.models.utils_hf import stop_sequences_criteria

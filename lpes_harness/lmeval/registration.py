@@ -5,7 +5,8 @@ hook's finder in :mod:`lpes_harness._startup` calls :func:`after_import`), or at
 ones already imported (:func:`lpes_harness._startup.install`, what ``lpes-eval`` calls):
 
 - ``lm_eval.api.registry``: *lazy* registry entries (``"module:Class"`` strings) for our
-  models, so torch is imported only when one of them is used;
+  models, one per lm-eval name of the table of methods (:data:`lpes_harness.methods.METHODS`),
+  so torch is imported only when one of them is used;
 - ``lm_eval.tasks.manager``: every ``TaskManager`` that includes lm-eval's default tasks also
   includes ours, so ``--tasks kv_retrieval`` works without ``--include_path``
   (``LPES_NO_AUTO_TASKS=1`` turns that off);
@@ -27,17 +28,10 @@ import os
 import sys
 
 from lpes_harness.lmeval.model_args import MODEL_ARGS, parse_model_args
+from lpes_harness.methods import lm_eval_models
 
-# name -> "module:Class"; lm-eval imports the target on first use.
-LAZY_MODELS = {
-    "lpes_hf": "lpes_harness.lm:LPESLM",
-    "mspoe_hf": "lpes_harness.baselines.mspoe:MsPoELM",
-    "buckets_hf": "lpes_harness.baselines.buckets:BucketsLM",
-    "moice_hf": "lpes_harness.baselines.moice:MoICELM",
-    "poshidden_hf": "lpes_harness.baselines.poshidden:PosHiddenLM",
-    "fitm_hf": "lpes_harness.baselines.fitm:FitMLM",
-    "string_hf": "lpes_harness.baselines.string_shift:StringLM",
-}
+# name -> "module:attribute", from the table of methods; lm-eval imports the target on first use.
+LAZY_MODELS = lm_eval_models()
 
 # Models whose arguments are lpes_hf's (scales, control_points, curve, pi).
 SCALES_MODELS = ("lpes_hf",)
@@ -54,7 +48,18 @@ def register_lazy_models(registry_module) -> None:
     registry = registry_module.model_registry
     for name, target in LAZY_MODELS.items():
         if name not in registry:
-            registry.register(name, target=target)
+            registry.register(name, target=lazy_target(name, target))
+
+
+def lazy_target(name: str, target: str):
+    """lm-eval's lazy placeholder for ``"module:attribute"``: the string itself, which lm-eval reads
+    with one ``getattr``, or for an attribute path (``method_lm:BOUND.string``) an entry point,
+    the other placeholder lm-eval's registry takes, which follows the path."""
+    if "." not in target.partition(":")[2]:
+        return target
+    from importlib.metadata import EntryPoint
+
+    return EntryPoint(name=name, value=target, group="lm_eval.models")
 
 
 def our_tasks_dir():

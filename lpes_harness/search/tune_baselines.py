@@ -11,6 +11,8 @@ of a grid (the Cartesian product of ``--grid``, plus ``--fixed``) on the search 
 (0.2·begin + 0.3·middle + 0.5·end over the task's roles) and writes the winner as a row spec for
 the held-out table: ``--baseline "$(cat DIR/best.txt)"`` next to the authors' ``--baseline``.
 ``--uniform`` tunes PI, a uniform scale on the already loaded ``lpes_hf``, the same way.
+Without ``--grid`` (or without values for ``--uniform``), the candidates are the method's grid in
+the table of methods (:data:`lpes_harness.methods.METHODS`), which also names the row.
 
 Scores are kept in DIR/scores.cache.json every few samples, so a killed run resumes and a
 second run scores nothing. The budget (forwards: one per sample scored) is recorded, so that it
@@ -32,6 +34,7 @@ from lpes_harness.analysis.paired import (
     CACHE_FILE, cache_identity, held_layers_of, lpes_methods, run_dtype, sample_bar, score_methods,
 )
 from lpes_harness.analysis.score_cache import ScoreCache
+from lpes_harness.methods import METHODS, grid_of, label_of, tuned_by_grid
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, ROLES, combine, task_roles
 
 PROG = "python -m lpes_harness.search.tune_baselines"
@@ -55,7 +58,7 @@ def format_value(value) -> str:
     """A grid value as it goes into ``k=v,k=v`` (lm-eval's ``--model_args`` form)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list):  # e.g. bases: lists are ';'-joined, as the baselines read them
+    if isinstance(value, (list, tuple)):  # e.g. bases: lists are ';'-joined, as the methods read them
         return ";".join(format_value(v) for v in value)
     if isinstance(value, float):
         return repr(value)  # the shortest text that reads back as the same number (1.05, not 1.0500000000000000444)
@@ -215,12 +218,12 @@ def score_baseline(lm, model: str, arg_strings: Sequence[str], score, progress, 
 
 def guarded_loader(pretrained, dtype):
     """``load_baseline`` for :func:`score_methods`: a refusal by the baseline's checks becomes :class:`Refused`."""
-    from lpes_harness.baselines.arguments import BaselineError
+    from lpes_harness.rope_anatomy import LPESError  # a method's refusal, or core RoPE's (a base on llama3 RoPE)
 
     def load(baseline: Baseline):
         try:
             return load_baseline_lm(baseline, pretrained, dtype)
-        except BaselineError as err:
+        except LPESError as err:
             raise Refused(" ".join(str(err).split())) from None
 
     return load
@@ -311,14 +314,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the baseline to tune, e.g. Ms-PoE=mspoe_hf (ARGS, if any, are held fixed like --fixed)")
     p.add_argument("--grid", default=None,
                    help='JSON: argument -> list of values, e.g. \'{"min_ratio": [1.0, 1.2], "max_ratio": [1.4, 1.8]}\'; '
-                        "every combination is a candidate (lists inside a value become ';'-joined, e.g. bases)")
+                        "every combination is a candidate (lists inside a value become ';'-joined, e.g. bases); "
+                        f"default: the method's grid in the table of methods ({', '.join(tuned_by_grid())})")
     p.add_argument("--fixed", default="", help="arguments every candidate shares, 'k=v,k=v' (e.g. head_mapping=rank)")
-    p.add_argument("--uniform", default=None,
-                   help="tune PI instead: uniform scales on the loaded lpes_hf, e.g. 0.6,0.7,0.8,0.9,1.1")
+    p.add_argument("--uniform", default=None, nargs="?", const="",
+                   help="tune PI instead: uniform scales on the loaded lpes_hf, e.g. 0.6,0.7,0.8,0.9,1.1 "
+                        f"(alone: PI's grid, {','.join(f'{v:g}' for v in METHODS['pi'].grid['scales'])})")
     p.add_argument("--layer-type", default=None,
                    help="with --uniform: scale only the layers of this attention type (e.g. full_attention, "
                         "Gemma-3's global layers), the others at 1, as the search's --layer-type does")
-    p.add_argument("--name", default=None, help="the row name (default: NAME of --baseline; PI for --uniform)")
+    p.add_argument("--name", default=None,
+                   help="the row name (default: NAME of --baseline, else the method's label; PI for --uniform)")
     p.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     p.add_argument("--metadata", default="{}", help="task options as JSON (as in the search)")
     p.add_argument("--num-samples", type=int, default=20,
@@ -334,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args) -> dict:
     """Every setting checked before anything loads or is written; returns what the run needs."""
     if (args.baseline is None) == (args.uniform is None):
-        raise ValueError("give either --baseline NAME=MODEL with --grid, or --uniform for PI")
+        raise ValueError(f"give either --baseline NAME=MODEL (a grid of its own with --grid, or the table's for "
+                         f"{', '.join(tuned_by_grid())}), or --uniform for PI")
     if args.num_samples < 1:
         raise ValueError(f"--num-samples must be >= 1, got {args.num_samples}")
     try:
@@ -350,23 +357,25 @@ def check_args(args) -> dict:
             raise ValueError("--uniform tunes PI alone: leave out --grid and --fixed")
         held = held_layers_of(args.pretrained, args.layer_type)  # a type the model lacks: named before it loads
         try:
-            values = list(dict.fromkeys(float(v) for v in args.uniform.split(",") if v.strip()))
+            text = args.uniform or ",".join(map(str, METHODS["pi"].grid["scales"]))
+            values = list(dict.fromkeys(float(v) for v in text.split(",") if v.strip()))
         except ValueError:
             raise ValueError(f"--uniform {args.uniform!r}: give numbers separated by ','") from None
         if not values or any(not math.isfinite(v) or v <= 0 for v in values):
             raise ValueError(f"--uniform {args.uniform!r}: give one or more finite scales > 0")
         layers = {"layer_type": args.layer_type, "held_layers": list(held)} if args.layer_type else {}
-        return {**settings, "mode": "uniform", "name": args.name or "PI", "model": "lpes_hf", "values": values,
-                **layers, "roles_map": roles}
+        return {**settings, "mode": "uniform", "name": args.name or METHODS["pi"].label, "model": "lpes_hf",
+                "values": values, **layers, "roles_map": roles}
     if args.layer_type:
         raise ValueError("--layer-type goes with --uniform (PI); a baseline model's layers are its own arguments")
-    if args.grid is None:
-        raise ValueError("--baseline needs --grid (JSON: argument -> list of values)")
     name, baseline = parse_baseline(args.baseline)
-    grid = parse_grid(args.grid)
+    if args.grid is None and grid_of(baseline.model) is None:
+        raise ValueError(f"--baseline {baseline.model} needs --grid (JSON: argument -> list of values): the table of "
+                         f"methods has a grid for {', '.join(tuned_by_grid())} only")
+    grid = parse_grid(args.grid if args.grid is not None else json.dumps(grid_of(baseline.model)))
     fixed = {**parse_fixed(baseline.args), **parse_fixed(args.fixed)}
     check_argument_names(baseline.model, [*fixed, *grid])
-    name = args.name or (name if name != baseline.spec else baseline.model)
+    name = args.name or (name if name != baseline.spec else label_of(baseline.model))
     return {**settings, "mode": "baseline", "name": name, "model": baseline.model, "grid": grid, "fixed": fixed,
             "arg_strings": expand_grid(grid, fixed), "roles_map": roles}
 

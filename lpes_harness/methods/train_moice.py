@@ -1,10 +1,10 @@
 """Train MoICE routers for a model and save them as a gates file.
 
-    python -m lpes_harness.baselines.train_moice --out results/moice/smollm2.gates.pt
+    python -m lpes_harness.methods.train_moice --out results/moice/smollm2.gates.pt
 
 Only the routers learn (LM loss + 0.3 x balancing loss) on a corpus generated in code
 (:func:`synthetic_corpus`); the model, its routers and the gates files are
-:mod:`lpes_harness.baselines.moice`'s. On the bundled SmolLM2 and two
+:mod:`lpes_harness.methods.moice`'s. On the bundled SmolLM2 and two
 CPU cores the defaults take a few minutes. Then:
 
     lm_eval --model moice_hf --model_args gates=results/moice/smollm2.gates.pt ...
@@ -23,9 +23,9 @@ import warnings
 import torch
 from torch import nn
 
-from lpes_harness.baselines import moice
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.moice import get_state, routers
+from lpes_harness.methods import moice
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.moice import get_state, routers
 
 AUX_LOSS_COEF = 0.3
 
@@ -115,7 +115,7 @@ def train_gates(
     """Train only the routers: LM loss + ``aux_coef`` x balancing loss. Returns the loss history."""
     state = get_state(model)
     if not chunks:
-        raise BaselineError("no training chunks: the corpus is shorter than one sequence; lower --seq-len")
+        raise MethodError("no training chunks: the corpus is shorter than one sequence; lower --seq-len")
     for param in model.parameters():
         param.requires_grad_(False)
     params = [p for r in routers(model) for p in r.parameters()]
@@ -150,7 +150,7 @@ def train_gates(
 def mean_lm_loss(model: nn.Module, chunks: list[torch.Tensor]) -> float:
     """Mean next-token loss over ``chunks`` (held out from training: did the routers learn?)."""
     if not chunks:
-        raise BaselineError("no held-out chunks to measure the loss on")
+        raise MethodError("no held-out chunks to measure the loss on")
     device = next(model.parameters()).device
     losses = [model(input_ids=c[None].to(device), labels=c[None].to(device), use_cache=False).loss.item() for c in chunks]
     return sum(losses) / len(losses)
@@ -158,7 +158,7 @@ def mean_lm_loss(model: nn.Module, chunks: list[torch.Tensor]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lpes_harness.baselines.train_moice",
+        prog="python -m lpes_harness.methods.train_moice",
         description="Train MoICE routers (only the routers) on a small generated corpus and save them.",
     )
     train = parser

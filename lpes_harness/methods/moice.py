@@ -1,6 +1,6 @@
-"""``moice_hf``: Mixture of In-Context Experts (MoICE; Lin et al., 2024) on lm-eval's HFLM.
+"""Mixture of In-Context Experts (MoICE; Lin et al., 2024): ``install`` on a model; ``moice_hf`` runs it in lm-eval.
 
-    python -m lpes_harness.baselines.train_moice --out results/moice/smollm2.gates.pt
+    python -m lpes_harness.methods.train_moice --out results/moice/smollm2.gates.pt
     lm_eval --model moice_hf --model_args "gates=results/moice/smollm2.gates.pt" --tasks kv_retrieval
 
 In every layer, each attention head computes its attention once per RoPE base in a set of
@@ -42,18 +42,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope_anatomy
+from lpes_harness import rope_anatomy, rope_math
 from lpes_harness.arg_values import parse_bool
-from lpes_harness.baselines import arguments, attention, model_checks, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.models import hflm_model_args
+from lpes_harness.methods import METHODS, arguments, attention, model_checks
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.state import MethodState, Slot
 
+ENTRY = METHODS["moice"]
 # The authors' base set (training/train.sh) relative to Llama 2's theta = 10000.
-DEFAULT_RELATIVE_BASES = (1.0, 1.75, 1.8, 1.9, 2.0, 2.25, 2.5)
+DEFAULT_RELATIVE_BASES = ENTRY.parameter("bases").default
 GATES_FORMAT = "lpes-moice-gates/1"
 ROUTER_ATTR = "moice_router"
 
@@ -75,7 +74,7 @@ class MoICERouter(nn.Module):
 
 
 @dataclass
-class _MoICEState:
+class _MoICEState(MethodState):
     parts: rope_anatomy.RoPEParts
     relative_bases: list[float]
     bases: list[float]
@@ -87,7 +86,7 @@ class _MoICEState:
     trained_from: str | None = None
 
 
-_STATE_ATTR = "_moice_state"
+SLOT = Slot("_moice_state", "MoICE", "moice")
 
 
 def routing_weights(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -149,14 +148,17 @@ def install(
     gates: str | None = None,
     seed: int = 0,
 ) -> nn.Module:
-    """Add a router to every layer and mix E RoPE bases per head (MoICE). Returns the same model."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError("MoICE is already installed on this model; call moice.remove(model) first")
-    attention.check_attention_implementation(model, "moice_hf")
-    parts, ropes = model_checks.check_model(model, "moice_hf", rewrites_attention=True)
+    """Add a router to every layer and mix E RoPE bases per head (MoICE). Returns the same model.
+
+    lm-eval's text arguments are taken too (``absolute_bases="true"``, ``top_k="3"``)."""
+    SLOT.free(model)
+    check_arguments(None, bases, absolute_bases, top_k)  # the gates file is read below, once
+    absolute_bases = parse_bool("absolute_bases", absolute_bases, MethodError)
+    attention.check_attention_implementation(model, ENTRY.lm_eval)
+    parts, ropes = model_checks.check_model(model, ENTRY.lm_eval, rewrites_attention=True)
     layer_types = [r.layer_type for r in rope_math.distinct(ropes) if r.layer_type is not None]
     if layer_types:
-        raise BaselineError(
+        raise MethodError(
             f"moice_hf cannot run on model type '{parts.model_type}': its layer types "
             f"({', '.join(layer_types)}) each have their own RoPE, and MoICE's routers (the gates file) are "
             f"trained per model for one base set relative to one θ; per-layer-type bases and routers are not "
@@ -178,9 +180,10 @@ def install(
         top_k = saved["top_k"] if saved is not None else n_experts
     top_k = int(top_k)
     if not 1 <= top_k <= n_experts:
-        raise BaselineError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
+        raise MethodError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
     inv_freq = torch.stack([rope_math.inv_freq_for_base(ropes[0].inv_freq, theta, b) for b in absolute])
     state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts))
+    state.changes.on_remove(state.recorder.remove)
 
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # reproducible untrained routers, without touching the caller's RNG
@@ -189,41 +192,46 @@ def install(
             attn = layer.self_attn
             router = MoICERouter(attn.head_dim, n_experts, getattr(model.config, "hidden_act", "silu"))
             router.to(device=attn.q_proj.weight.device, dtype=attn.q_proj.weight.dtype)
-            attn.add_module(ROUTER_ATTR, router)
-            attention.replace_attention_forward(attn, _moice_forward(state))
+            state.changes.submodule(attn, ROUTER_ATTR, router)
+            state.changes.forward(attn, _moice_forward(state))
     finally:
         torch.random.set_rng_state(generator_state)
-    setattr(model, _STATE_ATTR, state)
+    SLOT.attach(model, state)
     if saved is not None:
         load_gates_into(model, saved, gates)
         state.trained_from = str(gates)
     else:
         warnings.warn(
             "moice_hf without gates=: the routers are untrained (seeded random init). Train them with "
-            "`python -m lpes_harness.baselines.train_moice --out <file>` and pass gates=<file>",
+            "`python -m lpes_harness.methods.train_moice --out <file>` and pass gates=<file>",
             stacklevel=2,
         )
     return model
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        return model
-    for layer in state.parts.layers:
-        attention.restore_attention_forward(layer.self_attn)
-        if hasattr(layer.self_attn, ROUTER_ATTR):
-            delattr(layer.self_attn, ROUTER_ATTR)
-    state.recorder.remove()
-    delattr(model, _STATE_ATTR)
-    return model
+remove = SLOT.remove  # takes every change off (the routers too): the model as it was
+get_state = SLOT.get
 
 
-def get_state(model: nn.Module) -> _MoICEState:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError("MoICE is not installed on this model; call moice.install(model) first")
-    return state
+def check_arguments(gates: str | None = None, bases: Any = None, absolute_bases: Any = False, top_k: Any = None,
+                    seed: int = 0) -> None:
+    """What install checks that needs no model (``moice_hf`` runs it before the model loads)."""
+    parse_bool("absolute_bases", absolute_bases, MethodError)
+    if bases is not None:
+        arguments.parse_float_list("bases", bases)
+    if gates is not None:
+        read_gates(gates)
+    if top_k is not None:
+        try:
+            int(top_k)
+        except ValueError:
+            raise MethodError(f"top_k={top_k!r} is not a whole number") from None
+
+
+def settings(model: nn.Module) -> dict:
+    """The installed setting, for lm-eval's model info."""
+    state = get_state(model)
+    return {"bases": state.bases, "top_k": state.top_k, "gates": state.trained_from}
 
 
 def routers(model: nn.Module) -> list[MoICERouter]:
@@ -267,14 +275,14 @@ def save_gates(model: nn.Module, path: str, **extra) -> str:
 
 def read_gates(path: str) -> dict:
     if not os.path.isfile(str(path)):
-        raise BaselineError(f"gates file not found: {path} (train one with `python -m lpes_harness.baselines.train_moice --out {path}`)")
+        raise MethodError(f"gates file not found: {path} (train one with `python -m lpes_harness.methods.train_moice --out {path}`)")
     try:
         payload = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file
-        raise BaselineError(f"gates file {path} could not be read as a MoICE gates file: {err}") from err
+        raise MethodError(f"gates file {path} could not be read as a MoICE gates file: {err}") from err
     if not isinstance(payload, dict) or payload.get("format") != GATES_FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise BaselineError(f"gates file {path} has format {found!r}; expected {GATES_FORMAT!r}")
+        raise MethodError(f"gates file {path} has format {found!r}; expected {GATES_FORMAT!r}")
     return payload
 
 
@@ -283,51 +291,13 @@ def load_gates_into(model: nn.Module, payload: dict, where: str = "gates") -> No
     first = state.parts.layers[0].self_attn
     n_layers = len(state.parts.layers)
     if payload["num_layers"] != n_layers or payload["head_dim"] != first.head_dim:
-        raise BaselineError(
+        raise MethodError(
             f"{where} was trained for {payload['num_layers']} layers with head_dim {payload['head_dim']}; "
             f"this model has {n_layers} layers with head_dim {first.head_dim}"
         )
     if len(payload["relative_bases"]) != len(state.bases):
-        raise BaselineError(
+        raise MethodError(
             f"{where} routes over {len(payload['relative_bases'])} bases but bases= gives {len(state.bases)}"
         )
     for router, weights in zip(routers(model), payload["gates"]):
         router.load_state_dict(weights)
-
-
-@register_model("moice_hf")
-class MoICELM(HFLM):
-    """HFLM whose heads mix E RoPE bases with a trained per-layer router (MoICE)."""
-
-    def __init__(
-        self,
-        pretrained: Any = None,
-        gates: str | None = None,
-        bases: Any = None,
-        absolute_bases: Any = False,
-        top_k: Any = None,
-        gguf_file: str | None = None,
-        device: str | None = None,
-        **kwargs,
-    ) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        # The cheap checks first: the model load is slow.
-        absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
-        if bases is not None:
-            arguments.parse_float_list("bases", bases)
-        if gates is not None:
-            read_gates(gates)
-        if top_k is not None:
-            try:
-                top_k = int(top_k)
-            except ValueError:
-                raise BaselineError(f"top_k={top_k!r} is not a whole number") from None
-        super().__init__(**model_args, **kwargs)
-        install(self.model, bases, absolute_bases, top_k, gates)
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        state = get_state(self.model)
-        info["moice"] = {"bases": state.bases, "top_k": state.top_k, "gates": state.trained_from}
-        return info
-

@@ -1,10 +1,10 @@
-"""``poshidden_hf``: positional hidden-state scaling (Yu et al., Findings of ACL 2025) on lm-eval's HFLM.
+"""Positional hidden-state scaling (Yu et al., Findings of ACL 2025): ``install`` on a model; ``poshidden_hf`` runs it in lm-eval.
 
-    python -m lpes_harness.baselines.poshidden_channel --out results/poshidden/smollm2.json
+    python -m lpes_harness.methods.poshidden_channel --out results/poshidden/smollm2.json
     lm_eval --model poshidden_hf --model_args setting=results/poshidden/smollm2.json --tasks multi_needle
 
 A few channels of the hidden state rise or fall steadily with position ("positional hidden
-states"; found by :mod:`lpes_harness.baselines.poshidden_channel`). In each layer of a band of
+states"; found by :mod:`lpes_harness.methods.poshidden_channel`). In each layer of a band of
 middle layers, the attention's input (the normed hidden state) has those channels multiplied by
 ``factor``; the keys of every token and the queries that predict the answer are computed from
 it, the values and every other query are the model's own.
@@ -30,8 +30,8 @@ Facts from the authors' code (PositionalHidden/PositionalHidden,
 - **Factor** 0 is the reference's default (``use_model.py``; the Gemma and Mistral configs); the
   paper picks it from {0.5, 0, -0.5, -1} on a retrieval validation set, which
   ``poshidden_channel --select-task`` does. ``factor=1`` is the plain model, bit for bit.
-- **Families.** The rewritten attention is the baselines' Llama-style one
-  (:mod:`~lpes_harness.baselines.model_checks`): Llama, Mistral, Qwen2/3, Gemma, Gemma-3, Granite.
+- **Families.** The rewritten attention is the methods' Llama-style one
+  (:mod:`~lpes_harness.methods.model_checks`): Llama, Mistral, Qwen2/3, Gemma, Gemma-3, Granite.
   RoPE is the model's own (cos, sin), so llama3 / YaRN / dynamic RoPE are kept. The paper also
   covers ALiBi models (MPT), which this harness does not load.
 
@@ -49,32 +49,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope_anatomy
-from lpes_harness.baselines import arguments, attention, model_checks, query_rows, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.parameters import Parameter
-from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
-from lpes_harness.models import hflm_model_args
+from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.methods import METHODS, arguments, attention, model_checks, query_rows
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.state import MethodState, Slot
 
-NAME = "poshidden_hf"
-DESCRIPTION = ("Positional hidden-state scaling (Yu et al. 2025): one hidden channel of the attention input "
-               "times a factor in a band of middle layers, for the answer's queries and every key")
-FACTOR_CANDIDATES = (0.5, 0.0, -0.5, -1.0)  # the paper's search set
-PARAMETERS = (
-    Parameter("factor", default=0.0, identity=1.0, low=-1.0, high=1.0,
-              help="what the positional channel is multiplied by (the paper's set: 0.5, 0, -0.5, -1)"),
-)
-FACTOR = PARAMETERS[0]
+ENTRY = METHODS["poshidden"]
+NAME = ENTRY.lm_eval
+FACTOR = ENTRY.parameter("factor")
+FACTOR_CANDIDATES = ENTRY.grid["factor"]  # the paper's search set
 SETTING_FORMAT = "lpes-poshidden/1"
-COMMAND = "python -m lpes_harness.baselines.poshidden_channel --out FILE"
+COMMAND = "python -m lpes_harness.methods.poshidden_channel --out FILE"
 
 
 @dataclass
-class _State:
+class _State(MethodState):
     parts: rope_anatomy.RoPEParts
     layers: list[int]
     channels: list[int]
@@ -82,7 +73,7 @@ class _State:
     query_start: torch.Tensor | None = None  # (B,) first answer-predicting column; None: the rule of query_rows
 
 
-_STATE_ATTR = "_poshidden_state"
+SLOT = Slot("_poshidden_state", NAME, "poshidden")
 
 
 def default_layers(num_layers: int) -> list[int]:
@@ -96,12 +87,12 @@ def parse_channels(value: Any, hidden_size: int | None = None) -> list[int]:
     try:
         numbers = [float(p) for p in parts if str(p).strip()]
     except ValueError:
-        raise BaselineError(f"{NAME}: channels={value!r} is not understood; give channel indices separated by ';'") from None
+        raise MethodError(f"{NAME}: channels={value!r} is not understood; give channel indices separated by ';'") from None
     if not numbers or any(not n.is_integer() or n < 0 for n in numbers):
-        raise BaselineError(f"{NAME}: channels={value!r}: give one or more channel indices >= 0, separated by ';'")
+        raise MethodError(f"{NAME}: channels={value!r}: give one or more channel indices >= 0, separated by ';'")
     channels = sorted({int(n) for n in numbers})
     if hidden_size is not None and channels[-1] >= hidden_size:
-        raise BaselineError(f"{NAME}: channels={value!r}: the model's hidden size is {hidden_size} "
+        raise MethodError(f"{NAME}: channels={value!r}: the model's hidden size is {hidden_size} "
                             f"(channels 0..{hidden_size - 1})")
     return channels
 
@@ -109,18 +100,18 @@ def parse_channels(value: Any, hidden_size: int | None = None) -> list[int]:
 def read_setting(path: str) -> dict:
     """A setting file written by ``poshidden_channel``: its ``channels``, ``layers``, ``factor`` and shape."""
     if not os.path.isfile(path):
-        raise BaselineError(f"{NAME}: setting file not found: {path}; write one with `{COMMAND}`")
+        raise MethodError(f"{NAME}: setting file not found: {path}; write one with `{COMMAND}`")
     try:
         with open(path, encoding="utf-8") as handle:
             setting = json.load(handle)
     except (OSError, ValueError) as err:
-        raise BaselineError(f"{NAME}: setting file {path} is not JSON ({err})") from None
+        raise MethodError(f"{NAME}: setting file {path} is not JSON ({err})") from None
     if not isinstance(setting, dict) or setting.get("format") != SETTING_FORMAT:
         found = setting.get("format") if isinstance(setting, dict) else type(setting).__name__
-        raise BaselineError(f"{NAME}: {path} has format {found!r}, not {SETTING_FORMAT!r}; write one with `{COMMAND}`")
+        raise MethodError(f"{NAME}: {path} has format {found!r}, not {SETTING_FORMAT!r}; write one with `{COMMAND}`")
     missing = [key for key in ("channels", "layers", "factor", "hidden_size", "num_layers") if key not in setting]
     if missing:
-        raise BaselineError(f"{NAME}: setting file {path} lacks {', '.join(missing)}")
+        raise MethodError(f"{NAME}: setting file {path} lacks {', '.join(missing)}")
     return setting
 
 
@@ -163,8 +154,7 @@ def _forward(state: _State):
 
 def install(model: nn.Module, channels: Any, factor: float = 0.0, layers: Any = None) -> nn.Module:
     """Scale ``channels`` of the attention input by ``factor`` in ``layers`` (default: the middle band)."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError(f"{NAME} is already installed on this model; call poshidden.remove(model) first")
+    SLOT.free(model)
     factor = FACTOR.check(factor, NAME)
     attention.check_attention_implementation(model, NAME)
     parts, _ = model_checks.check_model(model, NAME, rewrites_attention=True)
@@ -174,25 +164,12 @@ def install(model: nn.Module, channels: Any, factor: float = 0.0, layers: Any = 
     chosen = default_layers(n_layers) if layers is None else arguments.parse_layers(layers, n_layers)
     state = _State(parts, chosen, chosen_channels, factor)
     for index in chosen:
-        attention.replace_attention_forward(parts.layers[index].self_attn, _forward(state))
-    setattr(model, _STATE_ATTR, state)
-    return model
+        state.changes.forward(parts.layers[index].self_attn, _forward(state))
+    return SLOT.attach(model, state)
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is not None:
-        for index in state.layers:
-            attention.restore_attention_forward(state.parts.layers[index].self_attn)
-        delattr(model, _STATE_ATTR)
-    return model
-
-
-def get_state(model: nn.Module) -> _State:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError(f"{NAME} is not installed on this model; call poshidden.install(model, channels) first")
-    return state
+remove = SLOT.remove  # takes every change off: the model as it was
+get_state = SLOT.get
 
 
 @contextlib.contextmanager
@@ -217,7 +194,7 @@ def resolve_arguments(setting=None, channels=None, factor=None, layers=None) -> 
     if channels is not None:
         channels = parse_channels(channels)
     elif factor != FACTOR.identity:
-        raise BaselineError(
+        raise MethodError(
             f"{NAME} needs the channel to scale: setting=<file from `{COMMAND}`> or channels=<index>[;<index>...] "
             f"(factor=1 is the plain model)"
         )
@@ -231,43 +208,4 @@ def check_setting_shape(model: nn.Module, expect: dict, setting) -> None:
     found = {"hidden_size": hidden, "num_layers": len(parts.layers)}
     wrong = [f"{k} {expect[k]} (this model: {found[k]})" for k in expect if found.get(k) is not None and expect[k] != found[k]]
     if wrong:
-        raise BaselineError(f"{NAME}: setting file {setting} was measured on another model: {', '.join(wrong)}")
-
-
-@register_model(NAME)
-class PosHiddenLM(AnswerStartsMixin, HFLM):
-    """HFLM with positional hidden-state scaling.
-
-    ``--model_args``: ``setting=<file>`` (from ``poshidden_channel``: channels, layers, factor),
-    or ``channels=12[;34]``; ``factor`` (default: the file's, else 0; 1 is the plain model);
-    ``layers`` (``10:25`` or ``10;11;12``; default: the file's, else the middle band); every HFLM argument.
-    """
-
-    def __init__(self, pretrained: Any = None, setting: str | None = None, channels: Any = None, factor: Any = None,
-                 layers: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        resolved = resolve_arguments(setting, channels, factor, layers)  # before the (slow) model load
-        super().__init__(**model_args, **kwargs)
-        self._poshidden = resolved
-        if resolved["channels"] is not None:
-            check_setting_shape(self.model, resolved["expect"], setting)
-            install(self.model, resolved["channels"], resolved["factor"], resolved["layers"])
-
-    def _model_call(self, inps, attn_mask=None, labels=None):
-        state = getattr(self.model, _STATE_ATTR, None)
-        if state is None:
-            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        state.query_start = self._answer_starts(inps)
-        try:
-            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        finally:
-            state.query_start = None
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        state = getattr(self.model, _STATE_ATTR, None)
-        info["poshidden"] = (
-            {"channels": state.channels, "factor": state.factor, "layers": state.layers, "setting": self._poshidden["setting"]}
-            if state is not None else {"factor": 1.0, "plain": True}
-        )
-        return info
+        raise MethodError(f"{NAME}: setting file {setting} was measured on another model: {', '.join(wrong)}")

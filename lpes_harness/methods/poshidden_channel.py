@@ -1,7 +1,7 @@
 """Find a model's positional hidden channels and write ``poshidden_hf``'s setting file.
 
-    python -m lpes_harness.baselines.poshidden_channel --out results/poshidden/smollm2.json
-    python -m lpes_harness.baselines.poshidden_channel --out FILE --select-task multi_needle --select-samples 2
+    python -m lpes_harness.methods.poshidden_channel --out results/poshidden/smollm2.json
+    python -m lpes_harness.methods.poshidden_channel --out FILE --select-task multi_needle --select-samples 2
     lm_eval --model poshidden_hf --model_args setting=FILE ...
 
 The authors' search (PositionalHidden/PositionalHidden, ``experiments/search_dimension/``), step by step:
@@ -24,7 +24,7 @@ The authors' search (PositionalHidden/PositionalHidden, ``experiments/search_dim
    smoothest channel and factor 0 (the reference's default).
 
 The file (JSON, ``format: lpes-poshidden/1``): ``channels``, ``layers`` (the middle band,
-:func:`~lpes_harness.baselines.poshidden.default_layers`), ``factor``, ``factor_candidates``, the
+:func:`~lpes_harness.methods.poshidden.default_layers`), ``factor``, ``factor_candidates``, the
 ranked ``candidates`` with their statistics, the model's ``hidden_size`` / ``num_layers`` (a file
 for another model is refused) and the settings that made it.
 """
@@ -37,8 +37,8 @@ import time
 
 import numpy as np
 
-from lpes_harness.baselines import poshidden
-from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.methods import poshidden
+from lpes_harness.methods.arguments import MethodError
 
 SKIP_FIT, SKIP_SMOOTH = 0.3, 0.2  # the reference's 300 and 200 of 1000 positions
 SMOOTH_WINDOW, SMOOTH_ORDER = 10, 3
@@ -109,7 +109,7 @@ def rank_channels(mean_hidden: np.ndarray, top_k: int = 10, skip_fit: float = SK
     n_layers, length, _ = mean_hidden.shape
     fit_from, smooth_from = int(skip_fit * length), int(skip_smooth * length)
     if length - max(fit_from, smooth_from) < SMOOTH_WINDOW:
-        raise BaselineError(f"sequences of {length} tokens are too short for the statistic; give --length >= 50")
+        raise MethodError(f"sequences of {length} tokens are too short for the statistic; give --length >= 50")
     layers, directions = monotone_layers(mean_hidden, fit_from)
     kept = [c for c, found in enumerate(layers) if len(found) > n_layers // 4]
     ranked = []
@@ -157,7 +157,7 @@ def select(lm, candidates: list[int], factors, task: str, samples: int, metadata
 
 def build_setting(ranked: list[dict], num_layers: int, hidden_size: int, settings: dict, selection=None) -> dict:
     if not ranked:
-        raise BaselineError(f"no channel is monotone in more than {num_layers // 4} of the layers; try more --samples "
+        raise MethodError(f"no channel is monotone in more than {num_layers // 4} of the layers; try more --samples "
                             f"or a longer --length")
     chosen = selection["best"] if selection else {"channel": ranked[0]["channel"], "factor": poshidden.FACTOR.default}
     return {
@@ -169,7 +169,7 @@ def build_setting(ranked: list[dict], num_layers: int, hidden_size: int, setting
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lpes_harness.baselines.poshidden_channel",
+    parser = argparse.ArgumentParser(prog="python -m lpes_harness.methods.poshidden_channel",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="the setting file to write (JSON)")
     parser.add_argument("--pretrained", default=None, help="model (default: the bundled SmolLM2)")
@@ -192,7 +192,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     try:
         args.factors = [poshidden.FACTOR.check(f, "--factors") for f in args.factors.replace(",", ";").split(";") if f.strip()]
-    except BaselineError as err:
+    except MethodError as err:
         parser.error(str(err))
     return args
 
@@ -234,5 +234,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except BaselineError as err:
+    except MethodError as err:
         sys.exit(f"poshidden_channel: error: {err}")

@@ -8,8 +8,8 @@ from lm_eval.models.huggingface import HFLM
 from loglikelihood_cases import REQUESTS, instances, output_layer_positions
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.baselines import buckets
-from lpes_harness.baselines.buckets import BucketsLM
+from lpes_harness.methods import buckets
+from lpes_harness.lmeval.method_models import BucketsLM
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

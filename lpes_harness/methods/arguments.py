@@ -1,4 +1,4 @@
-"""The baselines' errors and the parsers of their own ``--model_args`` (bases, layers).
+"""The methods' error and the parsers of their own arguments (bases, layers).
 
 Booleans and ``;`` number lists are parsed as for ``lpes_hf`` (:mod:`lpes_harness.arg_values`).
 """
@@ -12,8 +12,8 @@ from lpes_harness.arg_values import number_list
 from lpes_harness.rope_anatomy import LPESError
 
 
-class BaselineError(LPESError):
-    """Bad input to a baseline: the message names what was given and what is accepted."""
+class MethodError(LPESError):
+    """Bad input to a method: the message names what was given and what is accepted."""
 
 
 def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.0) -> list[float]:
@@ -27,12 +27,12 @@ def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.
         try:
             values = number_list(text, ";,")
         except ValueError:
-            raise BaselineError(f"{name}={value!r} is not understood; give numbers separated by ';'") from None
+            raise MethodError(f"{name}={value!r} is not understood; give numbers separated by ';'") from None
     if not values:
-        raise BaselineError(f"{name}={value!r} is empty; give numbers separated by ';'")
+        raise MethodError(f"{name}={value!r} is empty; give numbers separated by ';'")
     for v in values:
         if not math.isfinite(v) or (minimum_exclusive is not None and v <= minimum_exclusive):
-            raise BaselineError(f"{name}={value!r}: every value must be a finite number > {minimum_exclusive:g}")
+            raise MethodError(f"{name}={value!r}: every value must be a finite number > {minimum_exclusive:g}")
     return values
 
 
@@ -49,8 +49,8 @@ def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]
         else:
             layers = sorted({int(part) for part in text.split(";") if part.strip()})
     except ValueError:
-        raise BaselineError(f"layers={value!r} is not understood; give {accepted}") from None
+        raise MethodError(f"layers={value!r} is not understood; give {accepted}") from None
     bad = [i for i in layers if not 0 <= i < n_layers]
     if bad or not layers:
-        raise BaselineError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")
+        raise MethodError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")
     return layers

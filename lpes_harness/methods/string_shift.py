@@ -1,5 +1,5 @@
 """``string_hf``: STRING, shifted rotary position ids (An et al., "Why does the effective context length
-of LLMs fall short?", ICLR 2025), on lm-eval's HFLM.
+of LLMs fall short?", ICLR 2025), on lm-eval's HFLM (not yet an entry of the table of methods).
 
     lm_eval --model string_hf --tasks multi_needle                                  # S = 0.33 x 8192: no shift on 1k prompts
     lm_eval --model string_hf --model_args "shifted_offset=256,local_window=64" --tasks multi_needle
@@ -31,7 +31,7 @@ Facts from the authors' code (HKUNLP/STRING, ``string_for_llama.py``, ``README.m
   shifted part only; we follow the paper and the decoding path: ``d >= S`` is shifted.
 - Every layer, every head, as the reference. Its flash-attention merge of two kernels (by
   log-sum-exp) is one softmax here over scores chosen per key: the same numbers.
-- **Families.** The rewritten attention is the baselines' Llama-style one (Llama, Mistral,
+- **Families.** The rewritten attention is the methods' Llama-style one (Llama, Mistral,
   Qwen2/3, Gemma, Gemma-3, Granite; the reference patches Llama, Mistral, Qwen2); the second
   rotation uses each layer's own RoPE (Gemma-3's per layer type, llama3 / dynamic NTK as the
   model's call chose them).
@@ -51,10 +51,11 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope_anatomy
-from lpes_harness.baselines import attention, model_checks, query_rows, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.parameters import Parameter
+from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.methods import attention, model_checks, query_rows
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.parameters import Parameter
+from lpes_harness.methods.state import MethodState, Slot
 from lpes_harness.models import hflm_model_args
 
 NAME = "string_hf"
@@ -71,18 +72,19 @@ PARAMETERS = (
               help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2"),
 )
 SHIFTED_OFFSET, SHIFTED_RATIO, LOCAL_WINDOW, ATTENTION_FACTOR = PARAMETERS
+TRAINED_LENGTH = Parameter("trained_length", None, None, low=1, integer=True)
 
 
 @dataclass
-class _State:
+class _State(MethodState):
     parts: rope_anatomy.RoPEParts
     shifted_offset: int
     local_window: int
     attention_factor: float
-    recorder: rope_math.PositionRecorder
+    recorder: rope_math.PositionRecorder | None = None
 
 
-_STATE_ATTR = "_string_state"
+SLOT = Slot("_string_state", NAME, "string_shift")
 
 
 def resolve_offset(shifted_offset: Any, shifted_ratio: Any, local_window: Any, trained_length: int | None) -> tuple[int, int]:
@@ -91,12 +93,12 @@ def resolve_offset(shifted_offset: Any, shifted_ratio: Any, local_window: Any, t
     if shifted_offset is None:
         ratio = SHIFTED_RATIO.check(shifted_ratio, NAME)
         if ratio and not trained_length:
-            raise BaselineError(f"{NAME}: the model's config has no max_position_embeddings; give shifted_offset=<tokens>")
+            raise MethodError(f"{NAME}: the model's config has no max_position_embeddings; give shifted_offset=<tokens>")
         offset = int(ratio * trained_length) if ratio else 0
     else:
         offset = SHIFTED_OFFSET.check(shifted_offset, NAME)
     if offset and offset < window:
-        raise BaselineError(f"{NAME}: shifted_offset={offset} is below local_window={window}; the shift is S - W, "
+        raise MethodError(f"{NAME}: shifted_offset={offset} is below local_window={window}; the shift is S - W, "
                             f"so give shifted_offset >= local_window (or 0: the plain model)")
     return offset, window
 
@@ -130,42 +132,44 @@ def _forward(state: _State, layer_rope: rope_math.LayerRoPE):
 
 def install(model: nn.Module, shifted_offset: Any = None, local_window: Any = 128,
             attention_factor: Any = REFERENCE_ATTENTION_FACTOR, shifted_ratio: Any = 0.33,
-            trained_length: int | None = None) -> nn.Module:
+            trained_length: Any = None) -> nn.Module:
     """Shift every layer's far distances (``S`` = ``shifted_offset``, or ``shifted_ratio`` x
     ``trained_length``, default the config's ``max_position_embeddings``). ``S = 0`` changes nothing."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError(f"{NAME} is already installed on this model; call string_shift.remove(model) first")
-    factor = ATTENTION_FACTOR.check(attention_factor, NAME)
+    SLOT.free(model)
+    factor, length = check_arguments(shifted_offset, local_window, attention_factor, shifted_ratio, trained_length)
     attention.check_attention_implementation(model, NAME)
     parts, ropes = model_checks.check_model(model, NAME, rewrites_attention=True)
     config = rope_anatomy.decoder_config(parts, model)
     offset, window = resolve_offset(shifted_offset, shifted_ratio, local_window,
-                                    trained_length or getattr(config, "max_position_embeddings", None))
-    state = _State(parts, offset, window, factor, recorder=None)  # type: ignore[arg-type]
+                                    length or getattr(config, "max_position_embeddings", None))
+    state = _State(parts, offset, window, factor)
     if offset:
         state.recorder = rope_math.PositionRecorder(parts)
+        state.changes.on_remove(state.recorder.remove)
         for layer, layer_rope in zip(parts.layers, ropes):
-            attention.replace_attention_forward(layer.self_attn, _forward(state, layer_rope))
-    setattr(model, _STATE_ATTR, state)
-    return model
+            state.changes.forward(layer.self_attn, _forward(state, layer_rope))
+    return SLOT.attach(model, state)
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is not None:
-        if state.recorder is not None:
-            for layer in state.parts.layers:
-                attention.restore_attention_forward(layer.self_attn)
-            state.recorder.remove()
-        delattr(model, _STATE_ATTR)
-    return model
+remove = SLOT.remove  # takes every change off: the model as it was
+get_state = SLOT.get
 
 
-def get_state(model: nn.Module) -> _State:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError(f"{NAME} is not installed on this model; call string_shift.install(model) first")
-    return state
+def check_arguments(shifted_offset: Any = None, local_window: Any = 128, attention_factor: Any = REFERENCE_ATTENTION_FACTOR,
+                    shifted_ratio: Any = 0.33, trained_length: Any = None) -> tuple[float, int | None]:
+    """What install checks that needs no model (``string_hf`` runs it before the model loads):
+    returns ``(attention_factor, trained_length)`` as numbers."""
+    factor = ATTENTION_FACTOR.check(attention_factor, NAME)
+    length = None if trained_length is None else TRAINED_LENGTH.check(trained_length, NAME)
+    resolve_offset(shifted_offset, shifted_ratio, local_window, length or 1)
+    return factor, length
+
+
+def settings(model: nn.Module) -> dict:
+    """The installed setting, for lm-eval's model info (S = 0: the plain model, factor included)."""
+    state = get_state(model)
+    return {"shifted_offset": state.shifted_offset, "local_window": state.local_window,
+            "attention_factor": state.attention_factor if state.shifted_offset else 1.0}
 
 
 @register_model(NAME)
@@ -181,16 +185,11 @@ class StringLM(HFLM):
                  local_window: Any = 128, attention_factor: Any = REFERENCE_ATTENTION_FACTOR,
                  trained_length: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
-        ATTENTION_FACTOR.check(attention_factor, NAME)  # before the (slow) model load
-        length = None if trained_length is None else Parameter("trained_length", None, None, low=1, integer=True).check(
-            trained_length, NAME)
-        resolve_offset(shifted_offset, shifted_ratio, local_window, length or 1)
+        check_arguments(shifted_offset, local_window, attention_factor, shifted_ratio, trained_length)  # before the load
         super().__init__(**model_args, **kwargs)
-        install(self.model, shifted_offset, local_window, attention_factor, shifted_ratio, length)
+        install(self.model, shifted_offset, local_window, attention_factor, shifted_ratio, trained_length)
 
     def get_model_info(self) -> dict:
         info = super().get_model_info()
-        state = get_state(self.model)
-        info["string"] = {"shifted_offset": state.shifted_offset, "local_window": state.local_window,
-                          "attention_factor": state.attention_factor if state.shifted_offset else 1.0}
+        info["string"] = settings(self.model)
         return info

@@ -5,11 +5,11 @@ import torch
 from lm_eval.api.instance import Instance
 from tiny_models import random_ids, save_tiny_checkpoint, tiny_gemma3, tiny_model, tiny_tokenizer
 
-from lpes_harness.baselines import buckets, moice, mspoe, train_moice
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.buckets import BucketsLM
-from lpes_harness.baselines.moice import MoICELM
-from lpes_harness.baselines.mspoe import MsPoELM
+from lpes_harness.methods import buckets, moice, mspoe, train_moice
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.rope_anatomy import LPESError
+from lpes_harness.lmeval.method_lm import BOUND
+from lpes_harness.lmeval.method_models import BucketsLM, MsPoELM
 from lpes_harness.models import cache_keyword
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
@@ -19,7 +19,7 @@ PROMPTS = ["Once upon a", "The key 1234 has value", "xyz"]
 METHODS = {
     "mspoe": lambda path, **kw: MsPoELM(pretrained=path, device="cpu", layers="0:", **kw),
     "buckets": lambda path, **kw: BucketsLM(pretrained=path, device="cpu", **kw),
-    "moice": lambda path, **kw: MoICELM(pretrained=path, device="cpu", **kw),
+    "moice": lambda path, **kw: BOUND.moice(pretrained=path, device="cpu", **kw),
 }
 
 
@@ -223,34 +223,34 @@ def test_synthetic_corpus_asks_about_facts_it_stated():
 
 def test_bad_arguments_fail_before_the_model_loads(tmp_path):
     missing = str(tmp_path / "no_model_here")
-    with pytest.raises(BaselineError, match=r"min_ratio=2, max_ratio=1\.5"):
+    with pytest.raises(MethodError, match=r"min_ratio=2, max_ratio=1\.5"):
         MsPoELM(pretrained=missing, min_ratio=2.0, max_ratio=1.5)
-    with pytest.raises(BaselineError, match="head_mapping='inverse' is not one of rank, reference"):
+    with pytest.raises(MethodError, match="head_mapping='inverse' is not one of rank, reference"):
         MsPoELM(pretrained=missing, head_mapping="inverse")
-    with pytest.raises(BaselineError, match="bases='1;x' is not understood"):
+    with pytest.raises(MethodError, match="bases='1;x' is not understood"):
         BucketsLM(pretrained=missing, bases="1;x")
-    with pytest.raises(BaselineError, match="bases='1;-2'.*> 0"):
-        MoICELM(pretrained=missing, bases="1;-2")
-    with pytest.raises(BaselineError, match="gates file not found"):
-        MoICELM(pretrained=missing, gates=str(tmp_path / "none.pt"))
+    with pytest.raises(MethodError, match="bases='1;-2'.*> 0"):
+        BOUND.moice(pretrained=missing, bases="1;-2")
+    with pytest.raises(MethodError, match="gates file not found"):
+        BOUND.moice(pretrained=missing, gates=str(tmp_path / "none.pt"))
     foreign = tmp_path / "foreign.pt"
     torch.save({"format": "something-else"}, foreign)
-    with pytest.raises(BaselineError, match="format 'something-else'"):
-        MoICELM(pretrained=missing, gates=str(foreign))
+    with pytest.raises(MethodError, match="format 'something-else'"):
+        BOUND.moice(pretrained=missing, gates=str(foreign))
 
 
 def test_bad_layers_and_top_k_name_what_is_accepted():
-    with pytest.raises(BaselineError, match=r"layers='7:'.*layers 0\.\.3"):
+    with pytest.raises(MethodError, match=r"layers='7:'.*layers 0\.\.3"):
         mspoe.install(tiny_model("llama"), layers="7:")
-    with pytest.raises(BaselineError, match="layers='two' is not understood"):
+    with pytest.raises(MethodError, match="layers='two' is not understood"):
         mspoe.install(tiny_model("llama"), layers="two")
-    with pytest.raises(BaselineError, match=r"top_k=9 is out of range; give 1\.\.7"):
+    with pytest.raises(MethodError, match=r"top_k=9 is out of range; give 1\.\.7"):
         moice.install(tiny_model("llama"), top_k=9)
 
 
 def test_gates_for_another_model_are_refused(tmp_path):
     path = moice.save_gates(moice.install(tiny_model("llama")), str(tmp_path / "g.pt"))
-    with pytest.raises(BaselineError, match="trained for 4 layers.*this model has 2 layers"):
+    with pytest.raises(MethodError, match="trained for 4 layers.*this model has 2 layers"):
         moice.install(tiny_model("llama", num_hidden_layers=2), gates=path)
 
 
@@ -260,22 +260,22 @@ def test_base_changes_need_plain_rope():
         rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 128},
     )
-    with pytest.raises(BaselineError, match="rope_type='llama3'"):
+    with pytest.raises(LPESError, match="rope_type='llama3'"):  # rope_math's refusal, a core one
         buckets.install(llama3)
-    with pytest.raises(BaselineError, match="rope_type='llama3'"):
+    with pytest.raises(LPESError, match="rope_type='llama3'"):
         moice.install(llama3)
 
 
 def test_gemma3_refusals_say_why():
-    with pytest.raises(BaselineError, match=r"moice_hf cannot run on model type 'gemma3_text': its layer types "
+    with pytest.raises(MethodError, match=r"moice_hf cannot run on model type 'gemma3_text': its layer types "
                                             r"\(sliding_attention, full_attention\) each have their own RoPE.*routers"):
         moice.install(tiny_gemma3())
-    with pytest.raises(BaselineError, match=r"absolute_bases=true is ambiguous on model type 'gemma3_text'.*"
+    with pytest.raises(MethodError, match=r"absolute_bases=true is ambiguous on model type 'gemma3_text'.*"
                                             r"sliding_attention theta=10000, full_attention theta=1e\+06"):
         buckets.install(tiny_gemma3(), bases="10000;20000", absolute_bases=True)
     linear = tiny_gemma3()
     linear.config.rope_parameters["full_attention"].update(rope_type="linear", factor=8.0)  # as gemma-3-4b and up
-    with pytest.raises(BaselineError, match=r"'gemma3_text', layer type full_attention\) uses rope_type='linear'"):
+    with pytest.raises(LPESError, match=r"'gemma3_text', layer type full_attention\) uses rope_type='linear'"):
         buckets.install(linear)
     for model in (tiny_gemma3(), linear):
         assert not hasattr(model, "_moice_state") and not hasattr(model, "_buckets_state")
@@ -285,5 +285,5 @@ def test_gemma3_refusals_say_why():
 def test_unsupported_attention_kernel_is_named():
     model = tiny_model("llama")
     model.config._attn_implementation = "flex_attention"
-    with pytest.raises(BaselineError, match="supports attn_implementation sdpa or eager; the model uses 'flex_attention'"):
+    with pytest.raises(MethodError, match="supports attn_implementation sdpa or eager; the model uses 'flex_attention'"):
         mspoe.install(model)

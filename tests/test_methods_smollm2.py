@@ -5,7 +5,7 @@ One model load for the whole module."""
 import pytest
 import torch
 
-from lpes_harness.baselines import buckets, moice, mspoe
+from lpes_harness.methods import buckets, moice, mspoe
 from lpes_harness.models import load_causal_lm
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:moice_hf without gates")]

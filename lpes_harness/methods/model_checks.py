@@ -1,4 +1,4 @@
-"""What a baseline can run on: refused, before anything is changed, where it would be wrong."""
+"""What a method can run on: refused, before anything is changed, where it would be wrong."""
 
 from __future__ import annotations
 
@@ -6,35 +6,34 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lpes_harness import rope, rope_anatomy
-from lpes_harness.baselines import rope_math
-from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness import rope, rope_anatomy, rope_math
+from lpes_harness.methods.arguments import MethodError
 
 
-# The baselines re-implement a Llama-style attention (q/k/v/o projections, optional per-head
+# The methods re-implement a Llama-style attention (q/k/v/o projections, optional per-head
 # q/k norms, rotate-half RoPE on the whole head, the model's attention kernel). The families
 # where that was checked against the model's own attention (tests/test_families.py); any
-# other model type is refused by the baselines that rewrite attention. `gemma3` is Gemma-3's
+# other model type is refused by the methods that rewrite attention. `gemma3` is Gemma-3's
 # text decoder inside its vision wrapper (gemma-3-4b and up), the same attention
-# (tests/test_baselines_reductions.py).
+# (tests/test_methods_reductions.py).
 VERIFIED_ATTENTION = ("llama", "mistral", "qwen2", "qwen3", "gemma", "granite", "gemma3_text", "gemma3")
 _ATTENTION_CHILDREN = {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}
 
 
-def _refuse(who: str, model_type: str, reason: str, accepted: str) -> BaselineError:
-    return BaselineError(f"{who} cannot run on model type '{model_type}': {reason}. {accepted}")
+def _refuse(who: str, model_type: str, reason: str, accepted: str) -> MethodError:
+    return MethodError(f"{who} cannot run on model type '{model_type}': {reason}. {accepted}")
 
 
 def check_model(
     model: nn.Module, who: str, rewrites_attention: bool
 ) -> tuple[rope_anatomy.RoPEParts, list[rope_math.LayerRoPE]]:
-    """Refuse, before anything is changed, a model on which baseline ``who`` would be wrong.
+    """Refuse, before anything is changed, a model on which method ``who`` would be wrong.
 
     Returns the model's parts and each layer's RoPE (:class:`rope_math.LayerRoPE`). Every
-    baseline recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so each of the
+    method recomputes RoPE itself as ``cos/sin(position_ids * inv_freq)``, so each of the
     model's RoPEs (one, or one per layer type as on Gemma-3) must be what its rotary call
     computes (not Cohere's interleaved layout, not Llama-4's complex ``freqs_cis``), and
-    which call feeds which layer must be known (Gemma-3's ``layer_types``). A baseline that
+    which call feeds which layer must be known (Gemma-3's ``layer_types``). A method that
     also rewrites each layer's attention (Ms-PoE, MoICE) needs the Llama-style attention it
     re-implements, in every layer (no NoPE layer, no partial rotary, no fused projections,
     no attention softcapping, causal), on a model type where that was verified.
@@ -42,7 +41,7 @@ def check_model(
     try:
         parts = rope.check_supported(model)
     except rope_anatomy.LPESError as err:
-        raise BaselineError(f"{who} cannot run on this model: {err}") from err
+        raise MethodError(f"{who} cannot run on this model: {err}") from err
     model_type = parts.model_type
     plain = ("Accepted: Llama-style models with plain RoPE, one for all layers or one per layer type "
              "(Llama, SmolLM2, Qwen2, Mistral, Gemma-3)")
@@ -78,10 +77,10 @@ def check_model(
 
     nope = rope_anatomy.nope_layers_in(parts)
     if nope:
-        raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this baseline rotates every layer", plain)
+        raise _refuse(who, model_type, f"layers {sorted(nope)} apply no RoPE, and this method rotates every layer", plain)
     for name in ("attn_logit_softcapping", "clip_qkv"):
         if getattr(config, name, None) is not None:
-            reason = f"its attention uses {name}={getattr(config, name)!r}, which this baseline does not re-implement"
+            reason = f"its attention uses {name}={getattr(config, name)!r}, which this method does not re-implement"
             raise _refuse(who, model_type, reason, plain)
     for index, layer in enumerate(parts.layers):
         attn = getattr(layer, "self_attn", None)
@@ -90,14 +89,14 @@ def check_model(
             found = f"its attention has parts {sorted(children)}" if attn is not None else "it has no `self_attn`"
             raise _refuse(
                 who, model_type,
-                f"layer {index}: {found}, and this baseline re-implements a `self_attn` made of q_proj, k_proj, "
+                f"layer {index}: {found}, and this method re-implements a `self_attn` made of q_proj, k_proj, "
                 f"v_proj, o_proj and optional per-head q_norm / k_norm",
                 plain,
             )
         if not getattr(attn, "is_causal", True):
             raise _refuse(
                 who, model_type,
-                f"layer {index}: its attention is bidirectional (is_causal=False), and this baseline re-implements "
+                f"layer {index}: its attention is bidirectional (is_causal=False), and this method re-implements "
                 f"causal attention",
                 plain,
             )
@@ -107,7 +106,7 @@ def check_model(
             raise _refuse(
                 who, model_type,
                 f"RoPE rotates {rotated} of the {head_dim} dimensions of a head (partial rotary), "
-                f"and this baseline rotates whole heads",
+                f"and this method rotates whole heads",
                 plain,
             )
         for norm in ("q_norm", "k_norm"):
@@ -116,13 +115,13 @@ def check_model(
                 raise _refuse(
                     who, model_type,
                     f"its {norm} normalises all heads together ({weight.shape[-1]} values), "
-                    f"this baseline normalises per head",
+                    f"this method normalises per head",
                     plain,
                 )
     if model_type not in VERIFIED_ATTENTION:
         raise _refuse(
             who, model_type,
-            f"this baseline re-implements the attention of model types {', '.join(VERIFIED_ATTENTION)} (checked "
+            f"this method re-implements the attention of model types {', '.join(VERIFIED_ATTENTION)} (checked "
             f"against the model's own); '{model_type}' has not been checked",
             f"Accepted model types: {', '.join(VERIFIED_ATTENTION)}",
         )

@@ -1,8 +1,9 @@
-"""RoPE at other bases or positions, as the baselines compute it themselves.
+"""RoPE at other bases or positions, computed from the model's own frequencies.
 
-The baselines need what :mod:`lpes_harness.rope` does not give: per-head positions
-(Ms-PoE), several RoPE bases in one layer (MoICE) or per batch row (Attention Buckets).
-They start from three facts about transformers 5.x decoders:
+:mod:`lpes_harness.rope`'s base scaling computes its (cos, sin) here, and the methods of
+:mod:`lpes_harness.methods` what ``rope`` does not give: per-head positions (Ms-PoE), several RoPE
+bases in one layer (MoICE) or per batch row (Attention Buckets). A core module: it imports no
+method. It starts from three facts about transformers 5.x decoders:
 
 - the model-level ``rotary_emb`` is called with ``position_ids``, which already account for
   left padding and for the KV-cache offset; a forward hook on it records them
@@ -15,7 +16,7 @@ They start from three facts about transformers 5.x decoders:
 - its ``forward`` is ``cos/sin(position_ids[..., None] * inv_freq) * attention_scaling``,
   elementwise, with the ``inv_freq`` and ``attention_scaling`` of the call (prefixed by the
   layer type where there are several, transformers' own naming), so :func:`cos_sin` with
-  them reproduces it bit for bit (``model_checks.check_model`` checks each of the model's
+  them reproduces it bit for bit (``methods.model_checks.check_model`` checks each of the model's
   RoPEs against its call), and another base only changes ``inv_freq``
   (:func:`inv_freq_for_base`).
 """
@@ -29,8 +30,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.rope_anatomy import RoPEParts, RotaryFunction, known_layer_keys
+from lpes_harness.rope_anatomy import LPESError, RoPEParts, RotaryFunction, known_layer_keys
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,14 @@ def rope_theta(config, model_type: str, layer_type: str | None = None) -> float:
     where = f"model type '{model_type}'" + (f", layer type {layer_type}" if layer_type else "")
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
-        raise BaselineError(
+        raise LPESError(
             f"a change of RoPE base is defined only for plain RoPE; the model "
             f"({where}) uses rope_type={rope_type!r}. Accepted: models with "
             f"rope_type 'default' (Llama 2, SmolLM2, Qwen2, Mistral, Gemma-3 270M / 1B)"
         )
     theta = params.get("rope_theta", None if layer_type else getattr(config, "rope_theta", None))
     if theta is None:
-        raise BaselineError(f"the model config ({where}) has no rope_theta; cannot derive RoPE bases from it")
+        raise LPESError(f"the model config ({where}) has no rope_theta; cannot derive RoPE bases from it")
     return float(theta)
 
 

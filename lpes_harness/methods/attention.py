@@ -1,20 +1,19 @@
-"""The baselines' attention rewrite: the model's own projections and attention kernel.
+"""The methods' attention rewrite: the model's own projections and attention kernel.
 
 Attention modules compute ``q/k/v`` with ``q_proj/k_proj/v_proj``, rotate, update the cache,
 then call the attention function chosen by ``config._attn_implementation``. :func:`attend`
-calls that same function, so the trivial settings of the baselines run the very kernel the
+calls that same function, so the trivial settings of the methods run the very kernel the
 vanilla model runs.
 """
 
 from __future__ import annotations
 
 import types
-from typing import Callable
 
 import torch
 from torch import nn
 
-from lpes_harness.baselines.arguments import BaselineError
+from lpes_harness.methods.arguments import MethodError
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -22,7 +21,7 @@ SUPPORTED_ATTENTION = ("sdpa", "eager")
 def check_attention_implementation(model: nn.Module, who: str) -> None:
     implementation = getattr(model.config, "_attn_implementation", None) or "eager"
     if implementation not in SUPPORTED_ATTENTION:
-        raise BaselineError(
+        raise MethodError(
             f"{who} rewrites the attention of each layer and supports attn_implementation "
             f"{' or '.join(SUPPORTED_ATTENTION)}; the model uses {implementation!r}. "
             f"Load it with attn_implementation=sdpa"
@@ -52,7 +51,7 @@ def attend(attn: nn.Module, query, key, value, attention_mask, **kwargs) -> torc
     """The model's own attention function on ``(query, key, value)``; returns ``(B, T, Hq, D)``.
 
     ``key``/``value`` may have fewer heads than ``query`` (grouped-query attention); the
-    group size is taken from the shapes, not from the module, because the baselines
+    group size is taken from the shapes, not from the module, because the methods
     change the number of key heads (Ms-PoE keeps one rotated key per query head).
     """
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -89,13 +88,3 @@ def layer_cache(past_key_values, cache):
     to ``cache`` (the old name is deprecated until 5.40), so a replaced forward reads either.
     Missing it would silently drop the cache: each decoding step would attend to itself alone."""
     return past_key_values if past_key_values is not None else cache
-
-
-def replace_attention_forward(attn: nn.Module, forward: Callable) -> None:
-    """Route ``attn(...)`` to ``forward(attn, ...)``; :func:`restore_attention_forward` undoes it."""
-    attn.forward = types.MethodType(forward, attn)
-
-
-def restore_attention_forward(attn: nn.Module) -> None:
-    if "forward" in attn.__dict__:
-        del attn.__dict__["forward"]

@@ -1,4 +1,4 @@
-"""``buckets_hf``: Attention Buckets (Chen et al., 2023) on lm-eval's HFLM.
+"""Attention Buckets (Chen et al., 2023): ``install`` on a model; ``buckets_hf`` runs it in lm-eval.
 
     lm_eval --model buckets_hf --model_args "bases=1.0;1.3;1.6;1.9;2.2;2.5;2.8" --tasks mdqa
 
@@ -36,25 +36,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
-from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
-from lpes_harness import rope_anatomy
+from lpes_harness import rope_anatomy, rope_math
 from lpes_harness.arg_values import parse_bool
-from lpes_harness.baselines import arguments, decoding, model_checks, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.lmeval.answer_logits import output_layer
-from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
-from lpes_harness.models import cache_keyword, hflm_model_args
+from lpes_harness.methods import METHODS, arguments, decoding, model_checks
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.state import MethodState, Slot
+from lpes_harness.models import cache_keyword, output_layer
 
+ENTRY = METHODS["buckets"]
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.
-DEFAULT_RELATIVE_BASES = (1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8)
+DEFAULT_RELATIVE_BASES = ENTRY.parameter("bases").default
 
 
 @dataclass
-class _BucketsState:
+class _BucketsState(MethodState):
     relative_bases: list[float]  # the K bases as multiples of theta (of each layer type's theta)
     # Per RoPE (None: the model's one RoPE, else a layer type): its K absolute bases.
     bases: dict[str | None, list[float]]
@@ -63,7 +60,7 @@ class _BucketsState:
     recorder: rope_math.PositionRecorder
 
 
-_STATE_ATTR = "_buckets_state"
+SLOT = Slot("_buckets_state", "Attention Buckets", "buckets")
 
 
 def resolve_bases(thetas: dict[str | None, float], model_type: str, bases: Any = None,
@@ -74,7 +71,7 @@ def resolve_bases(thetas: dict[str | None, float], model_type: str, bases: Any =
     given = list(DEFAULT_RELATIVE_BASES) if bases is None else arguments.parse_float_list("bases", bases)
     if absolute_bases and len(thetas) > 1:
         found = ", ".join(f"{t} theta={theta:g}" for t, theta in thetas.items())
-        raise BaselineError(
+        raise MethodError(
             f"buckets_hf: absolute_bases=true is ambiguous on model type '{model_type}', whose layer types each have "
             f"their own RoPE base ({found}); give bases relative to each layer type's theta (absolute_bases=false)"
         )
@@ -87,8 +84,8 @@ def resolve_bases(thetas: dict[str | None, float], model_type: str, bases: Any =
 def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -> nn.Module:
     """Make row block k of every batch use RoPE base ``bases[k]`` (times each layer type's theta).
     Inputs must be repeated K times."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError("Attention Buckets is already installed on this model; call buckets.remove(model) first")
+    SLOT.free(model)
+    absolute_bases = parse_bool("absolute_bases", absolute_bases, MethodError)
     parts, layer_ropes = model_checks.check_model(model, "buckets_hf", rewrites_attention=False)
     config = rope_anatomy.decoder_config(parts, model)
     ropes = rope_math.distinct(layer_ropes)
@@ -115,23 +112,25 @@ def install(model: nn.Module, bases: Any = None, absolute_bases: bool = False) -
         return rope_math.cos_sin(position_ids, rows[:, None, :], state.ropes[key].attention_scaling, x.dtype)
 
     state.recorder = rope_math.PositionRecorder(parts, replace=per_block_rope)
-    setattr(model, _STATE_ATTR, state)
-    return model
+    state.changes.on_remove(state.recorder.remove)
+    return SLOT.attach(model, state)
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is not None:
-        state.recorder.remove()
-        delattr(model, _STATE_ATTR)
-    return model
+remove = SLOT.remove  # takes every change off: the model as it was
+get_state = SLOT.get
 
 
-def get_state(model: nn.Module) -> _BucketsState:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError("Attention Buckets is not installed on this model; call buckets.install(model) first")
-    return state
+def settings(model: nn.Module) -> dict:
+    """The installed bases, for lm-eval's model info: one RoPE's K bases, or {layer type: its K bases}."""
+    bases = get_state(model).bases
+    return {"bases": bases[None] if list(bases) == [None] else bases}
+
+
+def check_arguments(bases: Any = None, absolute_bases: Any = False) -> None:
+    """What install checks that needs no model (``buckets_hf`` runs it before the model loads)."""
+    parse_bool("absolute_bases", absolute_bases, MethodError)
+    if bases is not None:
+        arguments.parse_float_list("bases", bases)
 
 
 def merge_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -187,63 +186,3 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
         pad_token_id=pad_token_id,
         stopping_criteria=stopping_criteria,
     )
-
-
-@register_model("buckets_hf")
-class BucketsLM(AnswerLogitsLoglikelihoodMixin, HFLM):
-    """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets).
-
-    ``--model_args``: ``bases=1.0;1.3;...`` (default: the authors' seven), each relative to the
-    model's theta, and on a model with a RoPE per layer type (Gemma-3) to each layer type's
-    theta; ``absolute_bases=true`` takes them as bases (refused where there are several
-    layer types); every HFLM argument.
-    """
-
-    def __init__(
-        self,
-        pretrained: Any = None,
-        bases: Any = None,
-        absolute_bases: Any = False,
-        gguf_file: str | None = None,
-        device: str | None = None,
-        **kwargs,
-    ) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        absolute_bases = parse_bool("absolute_bases", absolute_bases, BaselineError)
-        if bases is not None:
-            arguments.parse_float_list("bases", bases)  # before the (slow) model load
-        super().__init__(**model_args, **kwargs)
-        install(self.model, bases, absolute_bases)
-
-    def answer_logits(self, input_ids, rows, columns):
-        """``loglikelihood``'s logits: the merged K copies at the answer positions only."""
-        with torch.no_grad():
-            return answer_logits(self.model, input_ids, rows, columns)
-
-    def _model_call(self, inps, attn_mask=None, labels=None):
-        with torch.no_grad():
-            return forward_logits(self.model, inps)
-
-    def _model_generate(self, context, max_length, stop, **generation_kwargs):
-        if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
-            raise BaselineError(
-                f"buckets_hf decodes greedily; got do_sample={generation_kwargs.get('do_sample')!r}, "
-                f"num_beams={generation_kwargs.get('num_beams', 1)!r}. Accepted: do_sample=false, num_beams=1"
-            )
-        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
-        with torch.no_grad():
-            return generate(
-                self.model,
-                context,
-                attention_mask=generation_kwargs.get("attention_mask"),
-                max_length=max_length,
-                stopping_criteria=criteria,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        bases = get_state(self.model).bases
-        # One RoPE: its K bases, as before; one per layer type (Gemma-3): {layer type: its K bases}.
-        info["buckets_bases"] = bases[None] if list(bases) == [None] else bases
-        return info

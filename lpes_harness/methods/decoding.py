@@ -1,4 +1,4 @@
-"""Greedy decoding with a KV cache, for the baselines whose forward is not the model's own."""
+"""Greedy decoding with a KV cache, for the methods whose forward is not the model's own."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mspoe_hf``: Multi-scale Positional Encoding (Ms-PoE; Zhang et al., 2024) on lm-eval's HFLM.
+"""Multi-scale Positional Encoding (Ms-PoE; Zhang et al., 2024): ``install`` on a model; ``mspoe_hf`` runs it in lm-eval.
 
     lm_eval --model mspoe_hf --model_args "min_ratio=1.2,max_ratio=1.8" --tasks kv_retrieval
 
@@ -30,7 +30,7 @@ Deliberate choices (see docs/baselines.md):
   ``num_heads / num_kv_heads`` times the key cache.
 - **Padding.** The statistic uses each row's last real query and only its visible keys,
   so a batch gives the same answers as one sample at a time. For ``loglikelihood`` (right
-  padding, no mask) ``MsPoELM`` tells the layers each row's length.
+  padding, no mask) ``mspoe_hf`` (``lmeval.method_models.MsPoELM``) tells the layers each row's length.
 - The cache holds keys already rotated (per query head), so decoding costs one extra
   rotation of the new key only, not a re-rotation of the whole cache.
 - The rewritten attention keeps what the model's own applies before and after RoPE: its
@@ -45,15 +45,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
 from torch import nn
 
-from lpes_harness import rope_anatomy
-from lpes_harness.baselines import arguments, attention, model_checks, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.lmeval.hflm import RightPaddingLengthsMixin
-from lpes_harness.models import hflm_model_args
+from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.methods import METHODS, arguments, attention, model_checks
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.state import MethodState, Slot
+
+ENTRY = METHODS["mspoe"]
+MIN_RATIO, MAX_RATIO = ENTRY.parameters
 
 HEAD_MAPPINGS = ("rank", "reference")
 HEAD_ORDERS = ("outlier", "fixed")
@@ -61,7 +61,7 @@ OUTLIER_FACTOR = 3.0
 
 
 @dataclass
-class _MsPoEState:
+class _MsPoEState(MethodState):
     parts: rope_anatomy.RoPEParts
     layers: list[int]
     min_ratio: float
@@ -71,11 +71,11 @@ class _MsPoEState:
     recorder: rope_math.PositionRecorder
     # Per layer, per row: each head's ratio, set on the prefill, reused while decoding.
     head_ratios: dict[int, torch.Tensor] = field(default_factory=dict)
-    # Set by MsPoELM for right-padded loglikelihood batches: index of each row's last token.
+    # Set by mspoe_hf (MsPoELM) for right-padded loglikelihood batches: index of each row's last token.
     last_index: torch.Tensor | None = None
 
 
-_STATE_ATTR = "_mspoe_state"
+SLOT = Slot("_mspoe_state", "Ms-PoE", "mspoe")
 
 
 def ratio_table(num_heads: int, min_ratio: float, max_ratio: float) -> torch.Tensor:
@@ -168,98 +168,46 @@ def _mspoe_forward(state: _MsPoEState, layer_rope: rope_math.LayerRoPE):
 
 def install(
     model: nn.Module,
-    min_ratio: float = 1.2,
-    max_ratio: float = 1.8,
+    min_ratio: float = MIN_RATIO.default,
+    max_ratio: float = MAX_RATIO.default,
     layers: Any = None,
     head_mapping: str = "rank",
     head_order: str = "outlier",
 ) -> nn.Module:
     """Give each head of the chosen layers its own position ratio (Ms-PoE). Returns the same model."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError("Ms-PoE is already installed on this model; call mspoe.remove(model) first")
+    SLOT.free(model)
     min_ratio, max_ratio = float(min_ratio), float(max_ratio)
-    check_arguments(min_ratio, max_ratio, head_mapping, head_order)
-    attention.check_attention_implementation(model, "mspoe_hf")
-    parts, ropes = model_checks.check_model(model, "mspoe_hf", rewrites_attention=True)
+    check_arguments(min_ratio, max_ratio, layers, head_mapping, head_order)
+    attention.check_attention_implementation(model, ENTRY.lm_eval)
+    parts, ropes = model_checks.check_model(model, ENTRY.lm_eval, rewrites_attention=True)
     chosen = arguments.parse_layers(layers, len(parts.layers), default_start=2)
     state = _MsPoEState(parts, chosen, min_ratio, max_ratio, head_mapping, head_order, rope_math.PositionRecorder(parts))
+    state.changes.on_remove(state.recorder.remove)
     for index in chosen:
-        attention.replace_attention_forward(parts.layers[index].self_attn, _mspoe_forward(state, ropes[index]))
-    setattr(model, _STATE_ATTR, state)
-    return model
+        state.changes.forward(parts.layers[index].self_attn, _mspoe_forward(state, ropes[index]))
+    return SLOT.attach(model, state)
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        return model
-    for index in state.layers:
-        attention.restore_attention_forward(state.parts.layers[index].self_attn)
-    state.recorder.remove()
-    delattr(model, _STATE_ATTR)
-    return model
+remove = SLOT.remove  # takes every change off: the model as it was
+get_state = SLOT.get
 
 
-def get_state(model: nn.Module) -> _MsPoEState:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError("Ms-PoE is not installed on this model; call mspoe.install(model) first")
-    return state
+def settings(model: nn.Module) -> dict:
+    """The installed setting, for lm-eval's model info."""
+    state = get_state(model)
+    return {"min_ratio": state.min_ratio, "max_ratio": state.max_ratio, "layers": state.layers,
+            "head_mapping": state.head_mapping, "head_order": state.head_order}
 
 
-@register_model("mspoe_hf")
-class MsPoELM(RightPaddingLengthsMixin, HFLM):
-    """HFLM whose attention heads each see positions divided by their own ratio (Ms-PoE)."""
-
-    def __init__(
-        self,
-        pretrained: Any = None,
-        min_ratio: float = 1.2,
-        max_ratio: float = 1.8,
-        layers: Any = None,
-        head_mapping: str = "rank",
-        head_order: str = "outlier",
-        gguf_file: str | None = None,
-        device: str | None = None,
-        **kwargs,
-    ) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        min_ratio, max_ratio = float(min_ratio), float(max_ratio)
-        check_arguments(min_ratio, max_ratio, head_mapping, head_order)  # before the (slow) model load
-        super().__init__(**model_args, **kwargs)
-        install(self.model, min_ratio, max_ratio, layers, head_mapping, head_order)
-
-    def _model_call(self, inps, attn_mask=None, labels=None):
-        state = get_state(self.model)
-        state.last_index = self._last_real_index(inps)
-        try:
-            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        finally:
-            state.last_index = None
-
-    def _model_generate(self, context, max_length, stop, **generation_kwargs):
-        get_state(self.model).last_index = None
-        return super()._model_generate(context, max_length, stop, **generation_kwargs)
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        state = get_state(self.model)
-        info["mspoe"] = {
-            "min_ratio": state.min_ratio,
-            "max_ratio": state.max_ratio,
-            "layers": state.layers,
-            "head_mapping": state.head_mapping,
-            "head_order": state.head_order,
-        }
-        return info
-
-
-def check_arguments(min_ratio: float, max_ratio: float, head_mapping: str, head_order: str) -> None:
+def check_arguments(min_ratio: Any = MIN_RATIO.default, max_ratio: Any = MAX_RATIO.default, layers: Any = None,
+                    head_mapping: str = "rank", head_order: str = "outlier") -> None:
+    """What install checks that needs no model (``mspoe_hf`` runs it before the model loads)."""
+    min_ratio, max_ratio = float(min_ratio), float(max_ratio)
     if not (0 < min_ratio <= max_ratio):
-        raise BaselineError(
+        raise MethodError(
             f"min_ratio={min_ratio:g}, max_ratio={max_ratio:g}: need 0 < min_ratio <= max_ratio (the paper: 1.2 and 1.8)"
         )
     if head_mapping not in HEAD_MAPPINGS:
-        raise BaselineError(f"head_mapping={head_mapping!r} is not one of {', '.join(HEAD_MAPPINGS)}")
+        raise MethodError(f"head_mapping={head_mapping!r} is not one of {', '.join(HEAD_MAPPINGS)}")
     if head_order not in HEAD_ORDERS:
-        raise BaselineError(f"head_order={head_order!r} is not one of {', '.join(HEAD_ORDERS)}")
+        raise MethodError(f"head_order={head_order!r} is not one of {', '.join(HEAD_ORDERS)}")

@@ -18,11 +18,10 @@ from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 from tiny_models import random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
-from lpes_harness.baselines import fitm, poshidden, poshidden_channel, string_shift
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.fitm import FitMLM
-from lpes_harness.baselines.poshidden import PosHiddenLM
-from lpes_harness.baselines.string_shift import StringLM
+from lpes_harness.methods import fitm, poshidden, poshidden_channel, string_shift
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.lmeval.method_models import FitMLM, PosHiddenLM
+from lpes_harness.methods.string_shift import StringLM
 
 ARCHS = ("llama", "qwen2", "mistral", "gemma3")
 DUMMY = [5, 6, 7]
@@ -262,7 +261,7 @@ def test_unsupported_families_are_refused_in_one_line(rival, family, config, mod
         pytest.skip(f"transformers has no {model_class}")
     ids = random_ids(12)
     plain = logits(model, ids)
-    with pytest.raises(BaselineError) as err:
+    with pytest.raises(MethodError) as err:
         INSTALL[rival](model)
     message = str(err.value)
     assert "\n" not in message and f"{NAMES[rival]} cannot run on model type '{family}'" in message and reason in message
@@ -273,7 +272,7 @@ def test_unsupported_families_are_refused_in_one_line(rival, family, config, mod
 def test_an_attention_kernel_they_do_not_rewrite_is_named(rival):
     model = tiny_model("llama")
     model.config._attn_implementation = "flex_attention"
-    with pytest.raises(BaselineError, match=f"{NAMES[rival]} rewrites the attention .* the model uses 'flex_attention'"):
+    with pytest.raises(MethodError, match=f"{NAMES[rival]} rewrites the attention .* the model uses 'flex_attention'"):
         INSTALL[rival](model)
 
 
@@ -292,7 +291,7 @@ def test_an_attention_kernel_they_do_not_rewrite_is_named(rival):
     (lambda p: StringLM(pretrained=p, attention_factor=0), r"attention_factor=0 is out of range"),
 ])
 def test_argument_errors_are_one_line_and_come_before_the_model_loads(tmp_path, make, match):
-    with pytest.raises(BaselineError, match=match) as err:
+    with pytest.raises(MethodError, match=match) as err:
         make(str(tmp_path / "no_model_here"))
     assert "\n" not in str(err.value)
 
@@ -300,12 +299,12 @@ def test_argument_errors_are_one_line_and_come_before_the_model_loads(tmp_path, 
 def test_a_setting_file_of_another_format_or_model_is_refused(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "something-else"}))
-    with pytest.raises(BaselineError, match="has format 'something-else', not 'lpes-poshidden/1'"):
+    with pytest.raises(MethodError, match="has format 'something-else', not 'lpes-poshidden/1'"):
         PosHiddenLM(pretrained=str(tmp_path / "x"), setting=str(other))
-    with pytest.raises(BaselineError, match=r"channels=\[99\]: the model's hidden size is 64"):
+    with pytest.raises(MethodError, match=r"channels=\[99\]: the model's hidden size is 64"):
         poshidden.install(tiny_model("llama"), channels=[99])
     setting = dict(format="lpes-poshidden/1", channels=[3], layers=[1], factor=0.0, hidden_size=128, num_layers=4)
-    with pytest.raises(BaselineError, match=r"measured on another model: hidden_size 128 \(this model: 64\)"):
+    with pytest.raises(MethodError, match=r"measured on another model: hidden_size 128 \(this model: 64\)"):
         expect = poshidden.resolve_arguments(setting=_write(tmp_path, setting))["expect"]
         poshidden.check_setting_shape(tiny_model("llama"), expect, "f")
 

@@ -1,4 +1,5 @@
-"""``fitm_hf``: attention calibration, "Found in the Middle" (Hsieh et al., Findings of ACL 2024), on lm-eval's HFLM.
+"""Attention calibration, "Found in the Middle" (Hsieh et al., Findings of ACL 2024): ``install`` on a model;
+``fitm_hf`` runs it in lm-eval.
 
     lm_eval --model fitm_hf --model_args "num_spans=10,temperature=5e-5" --tasks multi_needle
 
@@ -28,7 +29,7 @@ the paper leaves a choice, ours:
   token"): the prompt's last token and each generated one; in ``loglikelihood`` every position
   that predicts the continuation. The prompt's own tokens attend as in the plain model.
   Cached decoding equals one forward over the whole sequence with ``query_start`` at the
-  prompt's last token (:mod:`~lpes_harness.baselines.query_rows`).
+  prompt's last token (:mod:`~lpes_harness.methods.query_rows`).
 - ``strength`` mixes the calibrated weights with the plain ones (1, default, the paper's; 0 the
   plain model, what ``fitm_hf`` then runs, bit for bit). Spans the query cannot see (outside a
   sliding window) are left out of the redistribution.
@@ -36,7 +37,7 @@ the paper leaves a choice, ours:
 Cost: the K dummy copies are K extra forwards per sample (batched with it: (K + 1) x the
 prompt's compute and KV memory) and K extra token-forwards per generated token; the calibrated
 queries' attention is also computed by hand (float32) in the calibrated layers. Generation is
-greedy, with our decoding loop (:mod:`~lpes_harness.baselines.decoding`), since the copies share
+greedy, with our decoding loop (:mod:`~lpes_harness.methods.decoding`), since the copies share
 one token per step.
 """
 
@@ -46,35 +47,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
-from lm_eval.models.utils_hf import stop_sequences_criteria
 from torch import nn
 
-from lpes_harness import rope_anatomy
-from lpes_harness.baselines import arguments, attention, decoding, model_checks, query_rows, rope_math
-from lpes_harness.baselines.arguments import BaselineError
-from lpes_harness.baselines.parameters import Parameter
-from lpes_harness.lmeval.answer_logits import output_layer
-from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
-from lpes_harness.models import cache_keyword, hflm_model_args
+from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.methods import METHODS, arguments, attention, decoding, model_checks, query_rows
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.methods.state import MethodState, Slot
+from lpes_harness.models import cache_keyword, output_layer
 
-NAME = "fitm_hf"
-DESCRIPTION = ("Found in the Middle (Hsieh et al. 2024): each span's attention minus a dummy span's at its position, "
-               "redistributed by softmax(rel / t) in the last half of the layers; K dummy copies per sample")
-PARAMETERS = (
-    Parameter("strength", default=1.0, identity=0.0, low=0.0, high=1.0,
-              help="share of the calibrated attention (1: the paper's; 0: the plain model)"),
-    Parameter("temperature", default=5e-5, identity=None, low=1e-12, high=None, help="t of softmax(rel / t)"),
-    Parameter("num_spans", default=10, identity=None, low=2, high=64, integer=True, help="K, spans of the region"),
-)
-STRENGTH, TEMPERATURE, NUM_SPANS = PARAMETERS
+ENTRY = METHODS["fitm"]
+NAME = ENTRY.lm_eval
+STRENGTH, TEMPERATURE, NUM_SPANS = ENTRY.parameters
 DEFAULT_REGION = (0.05, 0.95)
 DUMMY_TEXT = " This sentence is only a placeholder and carries no information."
 
 
 @dataclass
-class _State:
+class _State(MethodState):
     parts: rope_anatomy.RoPEParts
     layers: list[int]
     num_spans: int
@@ -89,7 +78,7 @@ class _State:
     spans: torch.Tensor | None = None
 
 
-_STATE_ATTR = "_fitm_state"
+SLOT = Slot("_fitm_state", NAME, "fitm")
 
 
 def parse_region(value: Any) -> tuple[float, float]:
@@ -101,10 +90,10 @@ def parse_region(value: Any) -> tuple[float, float]:
     try:
         low, high = float(low), float(high)
     except ValueError:
-        raise BaselineError(f"{NAME}: region={value!r} is not understood; give two shares of the prompt "
+        raise MethodError(f"{NAME}: region={value!r} is not understood; give two shares of the prompt "
                             f"like 0.05:0.95") from None
     if not 0.0 <= low < high <= 1.0:
-        raise BaselineError(f"{NAME}: region={value!r}: need 0 <= start < end <= 1 (shares of the prompt's tokens)")
+        raise MethodError(f"{NAME}: region={value!r}: need 0 <= start < end <= 1 (shares of the prompt's tokens)")
     return low, high
 
 
@@ -222,7 +211,7 @@ def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_id
         state.spans = prompt_spans(input_ids, attention_mask, query_start, state.num_spans, state.region)
         ids = dummy_copies(input_ids, state.spans, state.dummy_ids)
     elif state.spans is None:
-        raise BaselineError(f"{NAME}: a decoding step before any prompt; start with the prompt on an empty cache")
+        raise MethodError(f"{NAME}: a decoding step before any prompt; start with the prompt on an empty cache")
     else:
         ids = input_ids.repeat(copies, 1)
     repeat = lambda t: None if t is None else t.repeat(copies, *([1] * (t.dim() - 1)))  # noqa: E731
@@ -256,88 +245,26 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
 def install(model: nn.Module, strength: float = 1.0, temperature: float = 5e-5, num_spans: int = 10, region: Any = None,
             layers: Any = None, dummy_ids: list[int] | None = None) -> nn.Module:
     """Calibrate the attention of ``layers`` (default: the last half). ``dummy_ids``: the dummy span's tokens."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        raise BaselineError(f"{NAME} is already installed on this model; call fitm.remove(model) first")
-    strength, temperature = STRENGTH.check(strength, NAME), TEMPERATURE.check(temperature, NAME)
-    num_spans = NUM_SPANS.check(num_spans, NAME)
-    region = DEFAULT_REGION if region is None else parse_region(region)
+    SLOT.free(model)
+    strength, temperature, num_spans, region = check_arguments(strength, temperature, num_spans, region)
     if not dummy_ids:
-        raise BaselineError(f"{NAME}: dummy_ids is empty; give the dummy span's token ids (fitm_hf tokenizes DUMMY_TEXT)")
+        raise MethodError(f"{NAME}: dummy_ids is empty; give the dummy span's token ids (fitm_hf tokenizes DUMMY_TEXT)")
     attention.check_attention_implementation(model, NAME)
     parts, _ = model_checks.check_model(model, NAME, rewrites_attention=True)
     n_layers = len(parts.layers)
     chosen = list(range(n_layers // 2, n_layers)) if layers is None else arguments.parse_layers(layers, n_layers)
     state = _State(parts, chosen, num_spans, region, temperature, strength, [int(t) for t in dummy_ids])
     for index in chosen:
-        attention.replace_attention_forward(parts.layers[index].self_attn, _forward(state))
-    setattr(model, _STATE_ATTR, state)
-    return model
+        state.changes.forward(parts.layers[index].self_attn, _forward(state))
+    return SLOT.attach(model, state)
 
 
-def remove(model: nn.Module) -> nn.Module:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is not None:
-        for index in state.layers:
-            attention.restore_attention_forward(state.parts.layers[index].self_attn)
-        delattr(model, _STATE_ATTR)
-    return model
+remove = SLOT.remove  # takes every change off: the model as it was
+get_state = SLOT.get
 
 
-def get_state(model: nn.Module) -> _State:
-    state = getattr(model, _STATE_ATTR, None)
-    if state is None:
-        raise BaselineError(f"{NAME} is not installed on this model; call fitm.install(model, ...) first")
-    return state
-
-
-@register_model(NAME)
-class FitMLM(AnswerStartsMixin, HFLM):
-    """HFLM with Found-in-the-Middle attention calibration.
-
-    ``--model_args``: ``strength`` (default 1; 0 is the plain model), ``temperature`` (5e-5),
-    ``num_spans`` (10), ``region`` (``0.05:0.95``), ``layers`` (default: the last half), ``dummy``
-    (the dummy span's text); every HFLM argument.
-    """
-
-    def __init__(self, pretrained: Any = None, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
-                 region: Any = None, layers: Any = None, dummy: str = DUMMY_TEXT, gguf_file: str | None = None,
-                 device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        strength, temperature = STRENGTH.check(strength, NAME), TEMPERATURE.check(temperature, NAME)
-        num_spans = NUM_SPANS.check(num_spans, NAME)  # all checked before the (slow) model load
-        region = DEFAULT_REGION if region is None else parse_region(region)
-        if not str(dummy).strip():
-            raise BaselineError(f"{NAME}: dummy={dummy!r} is empty; give the dummy span's text")
-        super().__init__(**model_args, **kwargs)
-        self._fitm = {"strength": strength, "temperature": temperature, "num_spans": num_spans, "region": region,
-                      "layers": layers, "dummy": dummy}
-        if strength != STRENGTH.identity:
-            dummy_ids = self.tokenizer(str(dummy), add_special_tokens=False)["input_ids"]
-            install(self.model, strength, temperature, num_spans, region, layers, dummy_ids)
-
-    def _installed(self) -> bool:
-        return getattr(self.model, _STATE_ATTR, None) is not None
-
-    def _model_call(self, inps, attn_mask=None, labels=None):
-        if not self._installed():
-            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
-        with torch.no_grad():
-            return forward_logits(self.model, inps, query_start=self._answer_starts(inps))
-
-    def _model_generate(self, context, max_length, stop, **generation_kwargs):
-        if not self._installed():
-            return super()._model_generate(context, max_length, stop, **generation_kwargs)
-        if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
-            raise BaselineError(
-                f"{NAME} decodes greedily; got do_sample={generation_kwargs.get('do_sample')!r}, "
-                f"num_beams={generation_kwargs.get('num_beams', 1)!r}. Accepted: do_sample=false, num_beams=1"
-            )
-        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
-        with torch.no_grad():
-            return generate(self.model, context, attention_mask=generation_kwargs.get("attention_mask"),
-                            max_length=max_length, stopping_criteria=criteria, pad_token_id=self.tokenizer.pad_token_id)
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["fitm"] = dict(self._fitm, region=list(self._fitm["region"]))
-        return info
+def check_arguments(strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10, region: Any = None):
+    """``(strength, temperature, num_spans, region)`` checked, as numbers (``fitm_hf`` runs it before the model loads)."""
+    strength, temperature = STRENGTH.check(strength, NAME), TEMPERATURE.check(temperature, NAME)
+    num_spans = NUM_SPANS.check(num_spans, NAME)
+    return strength, temperature, num_spans, DEFAULT_REGION if region is None else parse_region(region)

@@ -1,0 +1,177 @@
+"""The methods that need more of HFLM than their ``install``: their lm-eval models.
+
+- ``mspoe_hf`` (:class:`MsPoELM`): Ms-PoE ranks heads on each row's last real token, which
+  HFLM's right-padded ``loglikelihood`` batches hide (:class:`~.hflm.RightPaddingLengthsMixin`);
+- ``buckets_hf`` (:class:`BucketsLM`): K copies of every input, logits merged, in its own
+  ``loglikelihood`` (logits only at the answers) and greedy decoding loop;
+- ``poshidden_hf`` (:class:`PosHiddenLM`): a setting file, and the answer's first column in
+  ``loglikelihood`` (:class:`~.answer_starts.AnswerStartsMixin`);
+- ``fitm_hf`` (:class:`FitMLM`): the dummy span's tokens, K dummy copies beside every input,
+  the answer's first column, and its own greedy decoding loop.
+
+Ms-PoE's and Buckets' are :class:`~.method_lm.MethodLM` for their entry of
+:data:`lpes_harness.methods.METHODS` (``--model_args``: HFLM's and the ``install``'s) plus what
+they override; the rivals' install depends on what HFLM loaded (a setting file checked against
+the model, the dummy span's tokens), so they are HFLM subclasses of their own. The methods themselves
+(install, remove, their forwards and decoding) are :mod:`lpes_harness.methods`' modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils_hf import stop_sequences_criteria
+
+from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
+from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPaddingLengthsMixin
+from lpes_harness.lmeval.method_lm import MethodLM
+from lpes_harness.methods import buckets, fitm, mspoe, poshidden
+from lpes_harness.methods.arguments import MethodError
+from lpes_harness.models import hflm_model_args
+
+
+def _greedy_only(name: str, generation_kwargs: dict) -> None:
+    if generation_kwargs.get("do_sample") or generation_kwargs.get("num_beams", 1) != 1:
+        raise MethodError(
+            f"{name} decodes greedily; got do_sample={generation_kwargs.get('do_sample')!r}, "
+            f"num_beams={generation_kwargs.get('num_beams', 1)!r}. Accepted: do_sample=false, num_beams=1"
+        )
+
+
+@register_model("mspoe_hf")
+class MsPoELM(RightPaddingLengthsMixin, MethodLM):
+    """HFLM whose attention heads each see positions divided by their own ratio (Ms-PoE)."""
+
+    method = "mspoe"
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        state = mspoe.get_state(self.model)
+        state.last_index = self._last_real_index(inps)
+        try:
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        finally:
+            state.last_index = None
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        mspoe.get_state(self.model).last_index = None
+        return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+
+@register_model("buckets_hf")
+class BucketsLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
+    """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets).
+
+    ``--model_args``: ``bases=1.0;1.3;...`` (default: the authors' seven), each relative to the
+    model's theta, and on a model with a RoPE per layer type (Gemma-3) to each layer type's
+    theta; ``absolute_bases=true`` takes them as bases (refused where there are several
+    layer types); every HFLM argument.
+    """
+
+    method = "buckets"
+
+    def answer_logits(self, input_ids, rows, columns):
+        """``loglikelihood``'s logits: the merged K copies at the answer positions only."""
+        with torch.no_grad():
+            return buckets.answer_logits(self.model, input_ids, rows, columns)
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        with torch.no_grad():
+            return buckets.forward_logits(self.model, inps)
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        _greedy_only("buckets_hf", generation_kwargs)
+        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        with torch.no_grad():
+            return buckets.generate(self.model, context, attention_mask=generation_kwargs.get("attention_mask"),
+                                    max_length=max_length, stopping_criteria=criteria,
+                                    pad_token_id=self.tokenizer.pad_token_id)
+
+
+@register_model("poshidden_hf")
+class PosHiddenLM(AnswerStartsMixin, HFLM):
+    """HFLM with positional hidden-state scaling.
+
+    ``--model_args``: ``setting=<file>`` (from ``poshidden_channel``: channels, layers, factor),
+    or ``channels=12[;34]``; ``factor`` (default: the file's, else 0; 1 is the plain model);
+    ``layers`` (``10:25`` or ``10;11;12``; default: the file's, else the middle band); every HFLM argument.
+    """
+
+    def __init__(self, pretrained: Any = None, setting: str | None = None, channels: Any = None, factor: Any = None,
+                 layers: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
+        model_args = hflm_model_args(pretrained, gguf_file, device)
+        resolved = poshidden.resolve_arguments(setting, channels, factor, layers)  # before the (slow) model load
+        super().__init__(**model_args, **kwargs)
+        self._poshidden = resolved
+        if resolved["channels"] is not None:
+            poshidden.check_setting_shape(self.model, resolved["expect"], setting)
+            poshidden.install(self.model, resolved["channels"], resolved["factor"], resolved["layers"])
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        state = poshidden.SLOT.find(self.model)
+        if state is None:
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        state.query_start = self._answer_starts(inps)
+        try:
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        finally:
+            state.query_start = None
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        state = poshidden.SLOT.find(self.model)
+        info["poshidden"] = (
+            {"channels": state.channels, "factor": state.factor, "layers": state.layers, "setting": self._poshidden["setting"]}
+            if state is not None else {"factor": 1.0, "plain": True}
+        )
+        return info
+
+
+@register_model("fitm_hf")
+class FitMLM(AnswerStartsMixin, HFLM):
+    """HFLM with Found-in-the-Middle attention calibration.
+
+    ``--model_args``: ``strength`` (default 1; 0 is the plain model), ``temperature`` (5e-5),
+    ``num_spans`` (10), ``region`` (``0.05:0.95``), ``layers`` (default: the last half), ``dummy``
+    (the dummy span's text); every HFLM argument.
+    """
+
+    def __init__(self, pretrained: Any = None, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
+                 region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, gguf_file: str | None = None,
+                 device: str | None = None, **kwargs) -> None:
+        model_args = hflm_model_args(pretrained, gguf_file, device)
+        strength, temperature, num_spans, region = fitm.check_arguments(strength, temperature, num_spans, region)
+        if not str(dummy).strip():  # all checked before the (slow) model load
+            raise MethodError(f"fitm_hf: dummy={dummy!r} is empty; give the dummy span's text")
+        super().__init__(**model_args, **kwargs)
+        self._fitm = {"strength": strength, "temperature": temperature, "num_spans": num_spans, "region": region,
+                      "layers": layers, "dummy": dummy}
+        if strength != fitm.STRENGTH.identity:
+            dummy_ids = self.tokenizer(str(dummy), add_special_tokens=False)["input_ids"]
+            fitm.install(self.model, strength, temperature, num_spans, region, layers, dummy_ids)
+
+    def _installed(self) -> bool:
+        return fitm.SLOT.find(self.model) is not None
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        if not self._installed():
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        with torch.no_grad():
+            return fitm.forward_logits(self.model, inps, query_start=self._answer_starts(inps))
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        if not self._installed():
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        _greedy_only("fitm_hf", generation_kwargs)
+        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        with torch.no_grad():
+            return fitm.generate(self.model, context, attention_mask=generation_kwargs.get("attention_mask"),
+                                 max_length=max_length, stopping_criteria=criteria,
+                                 pad_token_id=self.tokenizer.pad_token_id)
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        info["fitm"] = dict(self._fitm, region=list(self._fitm["region"]))
+        return info

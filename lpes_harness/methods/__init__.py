@@ -1,0 +1,178 @@
+"""Every way of changing a model at inference, and THE table of them: :data:`METHODS`.
+
+A method is a module with ``install(model, **arguments) -> model`` and ``remove(model) -> model``
+(the one piece of bookkeeping they share: :mod:`.state`), and one entry here: its label and
+one-line description for reports and docs, its numeric parameters with bounds and the value that
+makes it the plain model (:class:`~.parameters.Parameter`), the lm-eval model that runs it, the
+candidates the baseline tuner scores, and the forwards a token costs. lm-eval's registry
+(:mod:`lpes_harness.lmeval.registration`), the tuner (``search/tune_baselines.py``), the report's
+labels and ``docs/baselines.md`` all read this table; a new method is one module and one entry.
+
+LPES (position, base, both) and PI are :mod:`lpes_harness.rope`'s ``install`` / ``remove``, a
+core module below this package; their entries say which scaling. Like lm-eval's registry and
+transformers' ``ROPE_INIT_FUNCTIONS``, the table names modules and classes as strings: it imports
+nothing heavy (no torch), so lm-eval can read it at start-up; :meth:`Method.load` imports the module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Mapping
+
+from lpes_harness.methods.parameters import Parameter
+
+# Where a method without an lm-eval model class of its own gets one: that module's generic
+# HFLM subclass, bound to the method (``BOUND.<name>``, an entry-point style attribute path).
+GENERIC_LM = "lpes_harness.lmeval.method_lm"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One entry of :data:`METHODS`.
+
+    ``module``: where ``install`` / ``remove`` live; ``install_args``: the arguments that select
+    this method there (LPES base: ``scaling="base"``), and ``model_args`` the same as lm-eval's
+    ``--model_args``. ``lm_class``: ``"module:Class"`` of its own HFLM subclass, or None for the
+    generic one (:data:`GENERIC_LM`). ``grid``: the tuner's candidates, argument -> values (a tuple
+    value is one list argument, ``;``-joined); None: not tuned by a grid (LPES: the GA).
+    ``needs``: install arguments that have no default and are no parameter, with a value that
+    suits any model (the identity test uses them). ``forwards``: decoder forwards per token.
+    """
+
+    name: str
+    label: str
+    description: str
+    module: str
+    lm_eval: str
+    lm_class: str | None = None
+    parameters: tuple[Parameter, ...] = ()
+    forwards: str = "1"
+    install_args: Mapping[str, Any] = field(default_factory=dict)
+    model_args: str = ""
+    grid: Mapping[str, tuple] | None = None
+    needs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def lm_target(self) -> str:
+        """lm-eval's lazy ``"module:attribute"`` of the model class that runs this method."""
+        return self.lm_class or f"{GENERIC_LM}:BOUND.{self.name}"
+
+    def parameter(self, name: str) -> Parameter:
+        found = [p for p in self.parameters if p.name == name]
+        if not found:
+            raise KeyError(f"{self.name} has no parameter {name!r}; its parameters: "
+                           f"{', '.join(p.name for p in self.parameters) or 'none'}")
+        return found[0]
+
+    def identity(self, num_layers: int) -> dict:
+        """The install arguments at which the method is the plain model, on a model of ``num_layers`` layers."""
+        values = {p.name: p.values(p.identity, num_layers) for p in self.parameters if p.identity is not None}
+        return {**self.needs, **self.install_args, **values}
+
+    def load(self) -> ModuleType:
+        """The module with ``install`` and ``remove`` (imports torch)."""
+        return importlib.import_module(self.module)
+
+
+def _scales(per_layer: int, help: str) -> Parameter:
+    return Parameter("scales", default=1.0, identity=1.0, low=0.0, low_open=True, per_layer=per_layer, help=help)
+
+
+_ROPE = "lpes_harness.rope"
+_LPES_LM = "lpes_harness.lm:LPESLM"
+_OWN_LM = "lpes_harness.lmeval.method_models"
+_RATIO = dict(identity=1.0, low=0.0, low_open=True)
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("lpes", "LPES", "Layer-specific RoPE position scaling (the paper's): decoder layer h reads position i as "
+           "i / s_h, one factor per layer from a search", _ROPE, "lpes_hf", _LPES_LM,
+           (_scales(1, "one position factor per decoder layer (a scales file from lpes-search)"),),
+           install_args={"scaling": "position"}),
+    Method("lpes_base", "LPES base", "Layer-specific RoPE base scaling: layer h's RoPE base becomes s_h x theta, at the "
+           "true positions (plain RoPE only)", _ROPE, "lpes_hf", _LPES_LM,
+           (_scales(1, "one base factor per decoder layer (a scales file of scaling base)"),),
+           install_args={"scaling": "base"}, model_args="scaling=base"),
+    Method("lpes_both", "LPES both", "Layer-specific RoPE position and base scaling: layer h uses base b_h x theta at "
+           "positions i / p_h", _ROPE, "lpes_hf", _LPES_LM,
+           (_scales(2, "a position and a base factor per decoder layer, the L position factors first"),),
+           install_args={"scaling": "both"}, model_args="scaling=both"),
+    Method("pi", "PI", "Position Interpolation: one position factor on every layer (a curve's mean, or tuned)",
+           _ROPE, "lpes_hf", _LPES_LM, (_scales(0, "one position factor for every layer"),), model_args="pi=true",
+           grid={"scales": (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.05, 1.1)}),
+    Method("mspoe", "Ms-PoE", "Multi-scale positional encoding (Zhang et al. 2024): each head of layers 2.. reads "
+           "positions i / r_h, ratios ordered by the head's position-awareness", "lpes_harness.methods.mspoe",
+           "mspoe_hf", f"{_OWN_LM}:MsPoELM",
+           (Parameter("min_ratio", default=1.2, **_RATIO, help="the smallest head ratio"),
+            Parameter("max_ratio", default=1.8, **_RATIO, help="the bound of the head ratios (just below the largest)")),
+           grid={"min_ratio": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5), "max_ratio": (1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.5, 3.0, 3.5)}),
+    Method("buckets", "Buckets", "Attention Buckets (Chen et al. 2023): K copies of the input, each with its "
+           "own RoPE base, logits merged by each copy's confidence", "lpes_harness.methods.buckets", "buckets_hf",
+           f"{_OWN_LM}:BucketsLM",
+           (Parameter("bases", default=(1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8), identity=(1.0,), low=0.0, low_open=True,
+                      help="the K bases, relative to theta (to each layer type's theta)"),),
+           forwards="K, one per base (7 by default), as K rows of one batch",
+           grid={"bases": ((1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8), (1.0, 1.5, 2.0, 2.5, 3.0), (0.5, 0.75, 1.0, 1.25, 1.5))}),
+    Method("moice", "MoICE", "Mixture of in-context experts (Lin et al. 2024): each head's attention at E RoPE bases, "
+           "mixed by a trained per-layer router", "lpes_harness.methods.moice", "moice_hf",
+           parameters=(Parameter("bases", default=(1.0, 1.75, 1.8, 1.9, 2.0, 2.25, 2.5), identity=(1.0,), low=0.0,
+                                 low_open=True, help="the E bases, relative to theta"),
+                       Parameter("top_k", default=None, identity=1, low=1, integer=True,
+                                 help="bases kept per token and head (default: all, or the gates file's)")),
+           forwards="1, with E attention passes per layer (7 by default)", grid={"top_k": (1, 2, 3, 4, 5, 6, 7)}),
+    Method("poshidden", "Positional hidden-state scaling", "Positional hidden-state scaling (Yu et al. 2025): one "
+           "hidden channel of the attention input times a factor in a band of middle layers, for the answer's "
+           "queries and every key", "lpes_harness.methods.poshidden", "poshidden_hf", f"{_OWN_LM}:PosHiddenLM",
+           (Parameter("factor", default=0.0, identity=1.0, low=-1.0, high=1.0,
+                      help="what the positional channel is multiplied by (the paper's set: 0.5, 0, -0.5, -1)"),),
+           grid={"factor": (0.5, 0.0, -0.5, -1.0)}, needs={"channels": "3"}),
+    Method("fitm", "Found in the Middle", "Found in the Middle (Hsieh et al. 2024): each span's attention minus a "
+           "dummy span's at its position, redistributed by softmax(rel / t) in the last half of the layers",
+           "lpes_harness.methods.fitm", "fitm_hf", f"{_OWN_LM}:FitMLM",
+           (Parameter("strength", default=1.0, identity=0.0, low=0.0, high=1.0,
+                      help="share of the calibrated attention (1: the paper's; 0: the plain model)"),
+            Parameter("temperature", default=5e-5, identity=None, low=1e-12, help="t of softmax(rel / t)"),
+            Parameter("num_spans", default=10, identity=None, low=2, high=64, integer=True, help="K, spans of the region")),
+           forwards="K + 1: the K dummy copies (10 by default) as rows of one batch",
+           grid={"temperature": (5e-5, 2e-4, 1e-3, 5e-3), "strength": (0.5, 1.0)}, needs={"dummy_ids": (5, 6, 7)}),
+)}
+
+
+def lm_eval_models() -> dict[str, str]:
+    """lm-eval model name -> ``"module:attribute"`` of its class (LPES, its scalings and PI share ``lpes_hf``)."""
+    return {m.lm_eval: m.lm_target for m in METHODS.values()}
+
+
+def by_lm_eval(name: str) -> list[Method]:
+    """The entries an lm-eval model runs (``lpes_hf``: LPES, LPES base, LPES both and PI)."""
+    return [m for m in METHODS.values() if m.lm_eval == name]
+
+
+def run_of(lm_eval: str | None, model_args: Mapping[str, Any] | None = None) -> Method | None:
+    """The entry an lm-eval run is: of the entries of its model, the one whose ``model_args`` the run's
+    include, the most specific (``lpes_hf`` with ``scaling=base``: LPES base); None for a model not here."""
+    given = {str(k): str(v).lower() for k, v in (model_args or {}).items()}
+    fits = [m for m in by_lm_eval(lm_eval) if _pairs(m.model_args).items() <= given.items()]
+    return max(fits, key=lambda m: len(_pairs(m.model_args)), default=None)
+
+
+def _pairs(model_args: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in model_args.split(",") if part)
+
+
+def label_of(lm_eval: str) -> str:
+    """The label of the method an lm-eval model runs; the name itself for ``lpes_hf`` (several) or a foreign model."""
+    entries = by_lm_eval(lm_eval)
+    return entries[0].label if len(entries) == 1 else lm_eval
+
+
+def tuned_by_grid() -> list[str]:
+    """The lm-eval models whose candidates the table gives to the baseline tuner (PI's: its ``--uniform``)."""
+    return [m.lm_eval for m in METHODS.values() if m.grid is not None and m.lm_eval != "lpes_hf"]
+
+
+def grid_of(lm_eval: str) -> Mapping[str, tuple] | None:
+    """The tuner's candidates for an lm-eval model other than ``lpes_hf``, or None."""
+    entries = by_lm_eval(lm_eval)
+    return entries[0].grid if len(entries) == 1 and lm_eval != "lpes_hf" else None
