@@ -20,8 +20,8 @@ from tiny_models import random_ids, tiny_family_model, tiny_gemma3, tiny_model, 
 
 from lpes_harness.methods import fitm, poshidden, poshidden_channel, string_shift
 from lpes_harness.methods.arguments import MethodError
+from lpes_harness.lmeval.method_lm import BOUND
 from lpes_harness.lmeval.method_models import FitMLM, PosHiddenLM
-from lpes_harness.methods.string_shift import StringLM
 
 ARCHS = ("llama", "qwen2", "mistral", "gemma3")
 DUMMY = [5, 6, 7]
@@ -285,10 +285,10 @@ def test_an_attention_kernel_they_do_not_rewrite_is_named(rival):
     (lambda p: FitMLM(pretrained=p, num_spans=1), r"num_spans=1 is out of range; give an integer in \[2, 64\]"),
     (lambda p: FitMLM(pretrained=p, temperature="warm"), r"temperature='warm' is not a number"),
     (lambda p: FitMLM(pretrained=p, region="0.9:0.1"), r"region='0.9:0.1': need 0 <= start < end <= 1"),
-    (lambda p: StringLM(pretrained=p, shifted_offset=100), r"shifted_offset=100 is below local_window=128"),
-    (lambda p: StringLM(pretrained=p, shifted_ratio=2), r"shifted_ratio=2 is out of range"),
-    (lambda p: StringLM(pretrained=p, shifted_offset=2.5), r"shifted_offset=2.5 is not allowed; give an integer >= 0"),
-    (lambda p: StringLM(pretrained=p, attention_factor=0), r"attention_factor=0 is out of range"),
+    (lambda p: BOUND.string(pretrained=p, shifted_offset=100), r"shifted_offset=100 is below local_window=128"),
+    (lambda p: BOUND.string(pretrained=p, shifted_ratio=2), r"shifted_ratio=2 is out of range"),
+    (lambda p: BOUND.string(pretrained=p, shifted_offset=2.5), r"shifted_offset=2.5 is not allowed; give an integer >= 0"),
+    (lambda p: BOUND.string(pretrained=p, attention_factor=0), r"attention_factor=0 is out of range"),
 ])
 def test_argument_errors_are_one_line_and_come_before_the_model_loads(tmp_path, make, match):
     with pytest.raises(MethodError, match=match) as err:
@@ -369,7 +369,7 @@ LMS = {
                   {"channels": "3;17", "factor": -1}),
     "fitm": (lambda p, **kw: FitMLM(pretrained=p, device="cpu", num_spans=3, **kw), {"strength": 0},
              {"temperature": 1e-2, "region": "0:1"}),
-    "string": (lambda p, **kw: StringLM(pretrained=p, device="cpu", **kw), {"shifted_offset": 0},
+    "string": (lambda p, **kw: BOUND.string(pretrained=p, device="cpu", **kw), {"shifted_offset": 0},
                {"shifted_offset": 8, "local_window": 2}),
 }
 

@@ -17,6 +17,7 @@ nothing heavy (no torch), so lm-eval can read it at start-up; :meth:`Method.load
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Mapping
@@ -136,6 +137,18 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Parameter("num_spans", default=10, identity=None, low=2, high=64, integer=True, help="K, spans of the region")),
            forwards="K + 1: the K dummy copies (10 by default) as rows of one batch",
            grid={"temperature": (5e-5, 2e-4, 1e-3, 5e-3), "strength": (0.5, 1.0)}, needs={"dummy_ids": (5, 6, 7)}),
+    Method("string", "STRING", "STRING (An et al. 2025): relative distances d >= S read as d - S + W in every layer "
+           "(the far, rarely trained distances replaced by well-trained ones)", "lpes_harness.methods.string_shift",
+           "string_hf",
+           parameters=(Parameter("shifted_offset", default=None, identity=0, low=0, integer=True,
+                                 help="S in tokens; default shifted_ratio x trained_length; 0: the plain model"),
+                       Parameter("shifted_ratio", default=0.33, identity=0.0, low=0.0, high=1.0,
+                                 help="S as a share of trained_length (default max_position_embeddings)"),
+                       Parameter("local_window", default=128, identity=None, low=0, integer=True,
+                                 help="W: where shifted distances start"),
+                       Parameter("attention_factor", default=1 + 0.1 * math.log(2), identity=None, low=0.1, high=10.0,
+                                 help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2")),
+           grid={"shifted_offset": (128, 256, 384, 512), "local_window": (32, 64, 128)}),
 )}
 
 

@@ -1,5 +1,5 @@
-"""``string_hf``: STRING, shifted rotary position ids (An et al., "Why does the effective context length
-of LLMs fall short?", ICLR 2025), on lm-eval's HFLM (not yet an entry of the table of methods).
+"""STRING, shifted rotary position ids (An et al., "Why does the effective context length of LLMs fall
+short?", ICLR 2025): ``install`` on a model; ``string_hf`` runs it in lm-eval.
 
     lm_eval --model string_hf --tasks multi_needle                                  # S = 0.33 x 8192: no shift on 1k prompts
     lm_eval --model string_hf --model_args "shifted_offset=256,local_window=64" --tasks multi_needle
@@ -42,36 +42,22 @@ is computed by hand, float32 softmax, instead of the model's fused kernel).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
 from torch import nn
 
 from lpes_harness import rope_anatomy, rope_math
-from lpes_harness.methods import attention, model_checks, query_rows
+from lpes_harness.methods import METHODS, attention, model_checks, query_rows
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.parameters import Parameter
 from lpes_harness.methods.state import MethodState, Slot
-from lpes_harness.models import hflm_model_args
 
-NAME = "string_hf"
-DESCRIPTION = ("STRING (An et al. 2025): relative distances d >= S read as d - S + W in every layer "
-               "(the far, rarely trained distances replaced by well-trained ones)")
-REFERENCE_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
-PARAMETERS = (
-    Parameter("shifted_offset", default=None, identity=0, low=0, integer=True,
-              help="S in tokens; default shifted_ratio x trained_length; 0: the plain model"),
-    Parameter("shifted_ratio", default=0.33, identity=0.0, low=0.0, high=1.0,
-              help="S as a share of trained_length (default max_position_embeddings)"),
-    Parameter("local_window", default=128, identity=None, low=0, integer=True, help="W: where shifted distances start"),
-    Parameter("attention_factor", default=REFERENCE_ATTENTION_FACTOR, identity=None, low=0.1, high=10.0,
-              help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2"),
-)
-SHIFTED_OFFSET, SHIFTED_RATIO, LOCAL_WINDOW, ATTENTION_FACTOR = PARAMETERS
+ENTRY = METHODS["string"]
+NAME = ENTRY.lm_eval
+SHIFTED_OFFSET, SHIFTED_RATIO, LOCAL_WINDOW, ATTENTION_FACTOR = ENTRY.parameters
+REFERENCE_ATTENTION_FACTOR = ATTENTION_FACTOR.default
 TRAINED_LENGTH = Parameter("trained_length", None, None, low=1, integer=True)
 
 
@@ -170,26 +156,3 @@ def settings(model: nn.Module) -> dict:
     state = get_state(model)
     return {"shifted_offset": state.shifted_offset, "local_window": state.local_window,
             "attention_factor": state.attention_factor if state.shifted_offset else 1.0}
-
-
-@register_model(NAME)
-class StringLM(HFLM):
-    """HFLM with STRING.
-
-    ``--model_args``: ``shifted_offset`` (S in tokens; 0 is the plain model) or ``shifted_ratio``
-    (default 0.33 of ``trained_length``, default the config's ``max_position_embeddings``),
-    ``local_window`` (W, 128), ``attention_factor`` (1 + 0.1 ln 2); every HFLM argument.
-    """
-
-    def __init__(self, pretrained: Any = None, shifted_offset: Any = None, shifted_ratio: Any = 0.33,
-                 local_window: Any = 128, attention_factor: Any = REFERENCE_ATTENTION_FACTOR,
-                 trained_length: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
-        check_arguments(shifted_offset, local_window, attention_factor, shifted_ratio, trained_length)  # before the load
-        super().__init__(**model_args, **kwargs)
-        install(self.model, shifted_offset, local_window, attention_factor, shifted_ratio, trained_length)
-
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["string"] = settings(self.model)
-        return info
