@@ -34,18 +34,11 @@ def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> l
     ``full_attention``, at every layer."""
     from transformers import AutoConfig
 
-    from lpes_harness.models import resolve_pretrained
+    from lpes_harness.models import config_layer_types, resolve_pretrained
 
     directory, gguf_name = resolve_pretrained(pretrained, gguf_file)
     config = AutoConfig.from_pretrained(directory, gguf_file=gguf_name) if gguf_name else AutoConfig.from_pretrained(directory)
     return config_layer_types(config)
-
-
-def config_layer_types(config) -> list[str]:
-    """``model_layer_types`` of a loaded config (a multimodal one's text config)."""
-    config = getattr(config, "text_config", None) or config
-    types = getattr(config, "layer_types", None)
-    return list(types) if types else ["full_attention"] * config.num_hidden_layers
 
 
 def layers_not_of(layer_types: list[str], kind: str) -> tuple[int, ...]:

@@ -188,8 +188,11 @@ def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, poo
 
 
 def row_name(label: str, kind: str) -> str:
-    """What a table calls the run's curve: ``LPES`` for a per-layer curve; a uniform factor is PI."""
-    return "LPES" if kind == "curve" else f"{label} (PI)"
+    """What a table calls the run's curve: ``LPES`` for a per-layer curve; a uniform factor is PI
+    (the table of methods' labels)."""
+    from lpes_harness.methods import METHODS
+
+    return METHODS["lpes"].label if kind == "curve" else f"{label} ({METHODS['pi'].label})"
 
 
 # ----------------------------------------------------------------------------- the run's end

@@ -287,7 +287,8 @@ def _held_layers(lm, layer_type: str | None) -> tuple[int, ...]:
     """The layers ``--layer-type`` keeps at 1: those of every other attention type."""
     if not layer_type:
         return ()
-    from lpes_harness.analysis.layer_types import config_layer_types, layers_not_of
+    from lpes_harness.analysis.layer_types import layers_not_of
+    from lpes_harness.models import config_layer_types
 
     types = config_layer_types(lm.model.config)
     try:
