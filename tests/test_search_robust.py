@@ -168,3 +168,11 @@ def test_a_budget_without_room_for_a_search_says_what_would_do():
     for bad in ("", "ten minutes", "0m"):
         with pytest.raises(ValueError, match="--time-budget"):
             parse_duration(bad)
+
+
+def test_another_task_searches_alone_unless_its_own_conditions_are_given(capsys):
+    # The robust profile's conditions are multi_needle's haystack options; kv_retrieval would ignore them.
+    args = parse_args(["--task", "kv_retrieval"])
+    assert args.conditions == [] and "searching kv_retrieval alone" in capsys.readouterr().err
+    args = parse_args(["--task", "kv_retrieval", "--condition", 'five={"num_pairs": 5}', "--condition", 'ten={"num_pairs": 10}'])
+    assert [c.metadata for c in args.conditions] == [{"num_pairs": 5}, {"num_pairs": 10}]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from lpes_harness.models import DTYPES
@@ -192,6 +193,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.profile = profile
     if args.heldout_samples is None:
         args.heldout_samples = profile_heldout_samples(profile, args.num_samples)
+    _drop_profile_conditions_for_another_task(args, profile)
     try:
         _check(args)
     except ValueError as err:
@@ -347,6 +349,16 @@ def _check(args) -> None:
         raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite contradict each other")
+
+
+def _drop_profile_conditions_for_another_task(args, profile: str) -> None:
+    """A robust profile's conditions are options of its own task (multi_needle's haystack sizes): a
+    search of another ``--task`` without ``--condition`` of its own searches that task alone."""
+    own = PROFILES[profile]
+    if own.get("condition") and args.condition == own["condition"] and args.task != own.get("task"):
+        print(f"note: --task {args.task}: the {profile} profile's conditions are {own.get('task')}'s; searching "
+              f"{args.task} alone (give --condition to search several)", file=sys.stderr)
+        args.condition = None
 
 
 def _check_robust_settings(args) -> None:
