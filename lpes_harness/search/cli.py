@@ -186,7 +186,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     # Precedence: command line > config file > the resumed run's saved settings > profile > the
     # flags' own (paper) defaults. The profile's held-out size is left open (None) until the
     # search's size is known.
-    parser.set_defaults(**{**PROFILES[profile], "heldout_samples": None})
+    defaults = {**PROFILES[profile], "heldout_samples": None}
+    if args.condition is not None:  # the command line's list replaces the profile's (argparse would append to it)
+        defaults.pop("condition", None)
+    parser.set_defaults(**defaults)
     parser.set_defaults(**saved)
     parser.set_defaults(**config)
     args = parser.parse_args(argv)
