@@ -38,6 +38,15 @@ def test_several_curves_get_their_own_rows_after_vanilla():
         several_lpes_methods({"a": [1.0, 2.0], "b": [1.0]})
 
 
+def test_a_uniform_curve_is_named_pi_not_lpes():
+    """A search whose best was its uniform start is PI: every table names that row for what it holds."""
+    assert list(several_lpes_methods({"demo": [0.8] * 4, "reference": [1.0, 2.0, 1.5, 1.0]}, with_pi=False)) == [
+        "vanilla", "uniform 0.8 (PI) demo", "LPES reference"]
+    assert list(several_lpes_methods({"LPES": [0.8] * 4})) == ["vanilla", "uniform 0.8 (PI)"]
+    assert list(several_lpes_methods({"b": [0.8] * 4 + [2.0] * 4}, scaling="both")) == ["vanilla", "uniform 0.8:2 (PI) b"]
+    assert "LPES held" in several_lpes_methods({"held": [1.0, 0.8, 0.8, 1.2]}, with_pi=False)  # not uniform
+
+
 def test_cache_refuses_scores_of_other_samples(tmp_path):
     docs = [{"prompt": f"sample {i}"} for i in range(3)]
     cache = ScoreCache(tmp_path / "c.json", {"task": "t", "num_samples": 2})

@@ -99,18 +99,34 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     n = size // factors_per_layer(scaling)
     if any(not 0 <= layer < n for layer in held_layers):
         raise ValueError(f"held layers {sorted(held_layers)} are not all among the curves' {n} layers")
-    if len(curves) == 1 and pi_for:
+    flat = {name: _uniform_value(scales, held_layers, scaling) for name, scales in curves.items()}
+    if len(curves) == 1 and pi_for and flat[next(iter(curves))] is None:
         return lpes_methods(next(iter(curves.values())), uniform, held_layers, scaling)
     methods = {"vanilla": identity(scaling, n)}
     for name, scales in curves.items():
         single = lpes_methods(scales, held_layers=held_layers, scaling=scaling)
         suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
+        if flat[name] is not None:  # a search whose best was a uniform factor: that is PI, not LPES
+            methods[f"{uniform_name(flat[name], scaling)} (PI){suffix}"] = list(scales)
+            continue
         if name in pi_for:
             methods[f"PI{suffix}"] = single["PI"]
         methods[f"LPES{suffix}"] = list(scales)
     methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, held_layers, scaling).items()
                     if name.startswith("uniform ")})
     return methods
+
+
+def _uniform_value(scales: Sequence[float], held_layers: Sequence[int], scaling: str):
+    """The factor (a (position, base) pair under ``both``) of a curve that is one factor on every
+    moved layer; None for a per-layer curve."""
+    values = []
+    for curve in halves(scales, scaling):
+        moved = {round(float(s), 9) for layer, s in enumerate(curve) if layer not in set(held_layers)}
+        if len(moved) != 1:
+            return None
+        values.append(next(iter(moved)))
+    return values[0] if scaling != "both" else tuple(values)
 
 
 CHUNK = 10  # samples scored between two cache writes: a killed run loses at most this many forwards
