@@ -29,10 +29,10 @@ def common(checkpoint, output):
 
 
 def test_several_curves_get_their_own_rows_after_vanilla():
-    methods = several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.5]})
+    methods = several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.7]})
     assert list(methods) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b"]
     assert methods["PI a"] == [1.5, 1.5] and methods["vanilla"] == [1.0, 1.0]
-    assert list(several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.5]}, with_pi=False)) == ["vanilla", "LPES a", "LPES b"]
+    assert list(several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.7]}, with_pi=False)) == ["vanilla", "LPES a", "LPES b"]
     assert list(several_lpes_methods({"only": [1.0, 2.0]})) == ["vanilla", "PI", "LPES"]  # one curve: the usual rows
     with pytest.raises(ValueError, match="different numbers of layers"):
         several_lpes_methods({"a": [1.0, 2.0], "b": [1.0]})
