@@ -147,8 +147,10 @@ def test_pi_and_uniform_rows_of_a_both_curve():
     assert methods["uniform 1:2"] == [1.0] * 4 + [2.0] * 4
     held = lpes_methods(curve, [(1.2, 2.0)], held_layers=(0, 2), scaling="both")
     assert held["PI"] == [1, 2.5, 1, 2.5, 1, 5, 1, 5] and held["uniform 1.2:2"] == [1, 1.2, 1, 1.2, 1, 2, 1, 2]
-    several = several_lpes_methods({"a": curve, "b": [1.0] * 8}, uniform=[(1.0, 2.0)], scaling="both")
-    assert list(several) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b", "uniform 1:2"]
+    several = several_lpes_methods({"a": curve, "b": [1.0, 2.0, 1.0, 2.0] + [1.0, 3.0, 1.0, 3.0], "c": [1.0] * 4 + [2.0] * 4},
+                                   uniform=[(1.0, 2.0)], scaling="both")
+    assert list(several) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b", "uniform 1:2 (PI) c", "uniform 1:2"]
+    assert several["PI b"] == [1.5] * 4 + [2.0] * 4  # a search that kept a uniform pair is named for it, not LPES
     assert several["vanilla"] == [1.0] * 8
     with pytest.raises(ValueError, match="a uniform row of scaling both is a .position, base. pair"):
         lpes_methods(curve, [1.2], scaling="both")

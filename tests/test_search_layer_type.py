@@ -95,8 +95,11 @@ def test_pi_and_uniform_rows_move_only_the_layers_a_layer_type_search_moves():
     methods = lpes_methods(curve, [4.0], held_layers=(0, 2))
     assert methods["PI"] == [1.0, 2.5, 1.0, 2.5] and methods["uniform 4"] == [1.0, 4.0, 1.0, 4.0]
     assert lpes_methods(curve)["PI"] == [1.75] * 4  # no held layers: the paper's PI
-    several = several_lpes_methods({"a": curve, "b": [1.0, 1.5, 1.0, 1.5]}, uniform=[2.0], held_layers=(0, 2))
-    assert several["PI a"] == [1.0, 2.5, 1.0, 2.5] and several["PI b"] == [1.0, 1.5, 1.0, 1.5]
+    several = several_lpes_methods({"a": curve, "b": [1.0, 1.5, 1.0, 2.5], "c": [1.0, 1.5, 1.0, 1.5]},
+                                   uniform=[2.0], held_layers=(0, 2))
+    assert several["PI a"] == [1.0, 2.5, 1.0, 2.5] and several["PI b"] == [1.0, 2.0, 1.0, 2.0]
+    # one factor on every moved layer is PI by another name: the row says so, whatever the held layers hold
+    assert several["uniform 1.5 (PI) c"] == [1.0, 1.5, 1.0, 1.5] and "LPES c" not in several
     assert several["uniform 2"] == [1.0, 2.0, 1.0, 2.0] and several["LPES a"] == curve
     with pytest.raises(ValueError, match="nothing is left to scale"):
         lpes_methods(curve, held_layers=(0, 1, 2, 3))
