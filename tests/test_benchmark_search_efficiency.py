@@ -1,0 +1,86 @@
+"""benchmarks/search_efficiency.py on a tiny model: every method stops at its budget, a rerun scores
+nothing again, a run cut short replays its journal to the same result, and CMA-ES candidates are
+repaired into valid genomes."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import load_benchmark
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.search import GenomeSpec
+
+BUDGETS = (12, 24)
+
+
+@pytest.fixture(scope="module")
+def benchmark():
+    return load_benchmark("search_efficiency")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, benchmark):
+    folder = tmp_path_factory.mktemp("efficiency")
+    checkpoint = save_tiny_checkpoint(folder / "model")
+    argv = ["--quick", "--pretrained", str(checkpoint), "--device", "cpu", "--dtype", "float32", "--fitness",
+            "logprob", "--budgets", ",".join(map(str, BUDGETS)), "--output", str(folder / "out")]
+    assert benchmark.main(argv) == 0
+    return argv, folder / "out"
+
+
+def test_every_method_stops_at_the_first_evaluation_past_its_budget(finished, benchmark):
+    _, out = finished
+    record = json.loads((out / "efficiency.json").read_text())
+    runs = {(r["method"], r["budget"]): r for r in record["runs"]}
+    assert set(runs) == {(m, b) for m in benchmark.METHODS for b in BUDGETS}
+    spec = GenomeSpec(num_layers=len(runs[("random", 12)]["best"]["scales"]), num_points=4, y_min=0.25, y_max=2.5,
+                      y_step=0.05)
+    for (method, budget), run in runs.items():
+        assert run["forwards"] >= budget > run["forwards"] - run["last_evaluation_forwards"], (method, budget)
+        assert spec.is_valid([tuple(p) for p in run["best"]["genome"]]), run["best"]["genome"]
+        assert run["best"]["found_at_forwards"] <= run["forwards"]
+    for method in benchmark.METHODS:  # one search serves both budgets: the larger budget's best is no worse
+        assert runs[(method, 24)]["best"]["fitness"] >= runs[(method, 12)]["best"]["fitness"]
+        assert runs[(method, 24)]["forwards"] >= runs[(method, 12)]["forwards"]
+    assert (out / "efficiency.png").stat().st_size > 0
+    assert "## Budget 12 forwards" in (out / "efficiency.md").read_text()
+
+
+def test_a_rerun_scores_nothing_and_a_cut_run_replays_its_journal(finished, benchmark, capsys):
+    argv, out = finished
+    before = json.loads((out / "efficiency.json").read_text())
+    capsys.readouterr()
+    assert benchmark.main(argv) == 0
+    assert "new search forwards: 0; new held-out samples: 0" in capsys.readouterr().out
+    # Forget the larger budget's runs, as a kill after the smaller budget would: the rerun replays
+    # every evaluation from evaluations.jsonl, scores none, and finds the same bests at the same cost.
+    cut = {**before, "runs": [r for r in before["runs"] if r["budget"] == BUDGETS[0]]}
+    (out / "efficiency.json").write_text(json.dumps(cut))
+    assert benchmark.main(argv) == 0
+    assert "new search forwards: 0; new held-out samples: 0" in capsys.readouterr().out
+    after = json.loads((out / "efficiency.json").read_text())
+    key = lambda r: (r["method"], r["seed"], r["budget"])  # noqa: E731
+    assert sorted(after["runs"], key=key) == sorted(before["runs"], key=key)
+
+
+def test_a_rerun_with_other_settings_is_refused(finished, benchmark, capsys):
+    argv, out = finished
+    before = (out / "efficiency.json").read_text()
+    assert benchmark.main(argv + ["--num-samples", "3"]) == 2
+    assert "holds runs made with other settings (num_samples" in capsys.readouterr().err
+    assert (out / "efficiency.json").read_text() == before
+
+
+def test_repair_makes_any_cma_vector_a_valid_genome(benchmark):
+    spec = GenomeSpec(num_layers=30, num_points=4, y_min=0.25, y_max=2.5, y_step=0.05)
+    rng = random.Random(0)
+    for _ in range(500):
+        vector = [rng.gauss(0.5, 1.0) for _ in range(8)]
+        genome = benchmark.repair(spec, vector)
+        assert spec.is_valid(genome), (vector, genome)
+    crowded = benchmark.repair(spec, [1.0, 1.0, 1.0, 1.0, 0.0, 0.6, 1.0, np.nan])
+    assert [x for x, _ in crowded] == [26, 27, 28, 29]  # all at the right end: pushed apart, still on the grid
+    ys = [y for _, y in crowded]
+    assert ys[:3] == [0.25, pytest.approx(1.6), 2.5] and 1.35 <= ys[3] <= 1.4  # nan is the middle of the range
