@@ -192,11 +192,15 @@ def test_each_method_is_named_by_the_table_of_methods(tmp_path):
     for folder, config in {"lpes": {"model": "lpes_hf", "model_args": "scales=run/scales.json"},
                            "base": {"model": "lpes_hf", "model_args": "scales=run/scales.json", "lpes_scaling": "base"},
                            "mspoe": {"model": "mspoe_hf", "model_args": {"min_ratio": 1.1}},
-                           "vanilla": {"model": "hf", "model_args": "pretrained=x"}}.items():
+                           "vanilla": {"model": "hf", "model_args": "pretrained=x"},
+                           # a scales file that is one factor on every layer (a search that kept its start) is PI
+                           "kept": {"model": "lpes_hf", "model_args": "scales=kept/scales.json", "lpes_scales": [0.8] * 4},
+                           "curve": {"model": "lpes_hf", "model_args": "scales=c.json", "lpes_scales": [0.8, 1.2, 1, 1]}}.items():
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "results.json").write_text(json.dumps({"results": {"t": {"acc,none": 0.5}}, "config": config}))
-    text = report.write_report([str(tmp_path / f) for f in ("lpes", "base", "mspoe", "vanilla")], tmp_path / "out").read_text()
-    for name, entry in {"lpes": "lpes", "base": "lpes_base", "mspoe": "mspoe"}.items():
+    folders = ("lpes", "base", "mspoe", "vanilla", "kept", "curve")
+    text = report.write_report([str(tmp_path / f) for f in folders], tmp_path / "out").read_text()
+    for name, entry in {"lpes": "lpes", "base": "lpes_base", "mspoe": "mspoe", "kept": "pi", "curve": "lpes"}.items():
         method = METHODS[entry]
         assert f"- `{name}`: {method.label} (`{method.lm_eval}`), {method.description}" in text
     assert "- `vanilla` (`hf`)" in text

@@ -17,7 +17,7 @@ from typing import Any
 from lpes_harness.analysis.logged_samples import logged_scores
 from lpes_harness.analysis.search_history import ReportError
 from lpes_harness.methods import Method as TableMethod
-from lpes_harness.methods import run_of
+from lpes_harness.methods import METHODS, run_of
 from lpes_harness.named_path import split_named_path
 from lpes_harness.tasks.suites.multiple_choice import SUITES
 
@@ -66,8 +66,15 @@ class Method:
 
     @property
     def entry(self) -> TableMethod | None:
-        """What the runs were in the table of methods (its label, its description), if they were one of ours."""
-        return run_of(self.model, self.model_args)
+        """What the runs were in the table of methods (its label, its description), if they were one of ours.
+
+        A position-scaling run with one factor other than 1 on every layer (``scales=0.8``, or a search
+        that kept its uniform start) is PI, whatever file it came from: a row is named for what it holds."""
+        entry = run_of(self.model, self.model_args)
+        if entry is not None and entry.name == "lpes" and self.scales and len(set(self.scales)) == 1 \
+                and self.scales[0] != 1.0:
+            return METHODS["pi"]
+        return entry
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
