@@ -44,6 +44,18 @@ def halves(flat, scaling: str) -> list[list[float]]:
     return list(split_both(flat)) if scaling == "both" else [[float(v) for v in flat]]
 
 
+def uniform_factor(flat, scaling: str, held_layers=()):
+    """The one factor every layer outside ``held_layers`` has (a ``(position, base)`` pair for ``both``),
+    or None for a per-layer curve: a "curve" that is one factor everywhere is PI, not LPES."""
+    held, values = set(held_layers), []
+    for curve in halves(flat, scaling):
+        moved = {round(float(s), 9) for layer, s in enumerate(curve) if layer not in held}
+        if len(moved) != 1:
+            return None
+        values.append(moved.pop())
+    return tuple(values) if scaling == "both" else values[0]
+
+
 def identity(scaling: str, num_layers: int) -> list[float]:
     """The factors that leave the model as it is: ones, one per layer (two for ``both``)."""
     return [1.0] * (num_layers * factors_per_layer(scaling))

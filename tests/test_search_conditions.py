@@ -7,9 +7,10 @@ import pytest
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.analysis.conditions import Condition, search_conditions
+from lpes_harness.scaling import uniform_factor
 from lpes_harness.search.condition_fitness import ConditionsFitness, combine_conditions, condition_configs
 from lpes_harness.search.fitness import FitnessConfig, raced_groups
-from lpes_harness.search.selection import (NO_CURVE_WON, Candidate, ValidationCondition, is_close, is_uniform_scales,
+from lpes_harness.search.selection import (NO_CURVE_WON, Candidate, ValidationCondition, is_close,
                                            paired_gap, select, top_individuals)
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
 
@@ -170,8 +171,9 @@ def test_top_individuals_are_distinct_and_complete():
 
 
 def test_uniform_scales_are_told_apart_from_curves():
-    assert is_uniform_scales([0.8, 0.8, 1.0], held_layers=[2]) and not is_uniform_scales([0.8, 0.9, 1.0])
-    assert is_uniform_scales([0.8, 0.8, 2, 2], halves=2) and not is_uniform_scales([0.8, 0.8, 2, 3], halves=2)
+    assert uniform_factor([0.8, 0.8, 1.0], "position", held_layers=[2]) == 0.8
+    assert uniform_factor([0.8, 0.9, 1.0], "position") is None
+    assert uniform_factor([0.8, 0.8, 2, 2], "both") == (0.8, 2.0) and uniform_factor([0.8, 0.8, 2, 3], "both") is None
 
 
 # ----------------------------------------------------------------------------- uniform tuner

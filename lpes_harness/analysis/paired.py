@@ -22,7 +22,7 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
-from lpes_harness.scaling import canonical, factors_per_layer, halves, identity, promote
+from lpes_harness.scaling import canonical, factors_per_layer, halves, identity, promote, uniform_factor
 
 
 def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: Sequence[int] = (),
@@ -99,7 +99,7 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     n = size // factors_per_layer(scaling)
     if any(not 0 <= layer < n for layer in held_layers):
         raise ValueError(f"held layers {sorted(held_layers)} are not all among the curves' {n} layers")
-    flat = {name: _uniform_value(scales, held_layers, scaling) for name, scales in curves.items()}
+    flat = {name: uniform_factor(scales, scaling, held_layers) for name, scales in curves.items()}
     if len(curves) == 1 and pi_for and flat[next(iter(curves))] is None:
         return lpes_methods(next(iter(curves.values())), uniform, held_layers, scaling)
     methods = {"vanilla": identity(scaling, n)}
@@ -115,18 +115,6 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, held_layers, scaling).items()
                     if name.startswith("uniform ")})
     return methods
-
-
-def _uniform_value(scales: Sequence[float], held_layers: Sequence[int], scaling: str):
-    """The factor (a (position, base) pair under ``both``) of a curve that is one factor on every
-    moved layer; None for a per-layer curve."""
-    values = []
-    for curve in halves(scales, scaling):
-        moved = {round(float(s), 9) for layer, s in enumerate(curve) if layer not in set(held_layers)}
-        if len(moved) != 1:
-            return None
-        values.append(next(iter(moved)))
-    return values[0] if scaling != "both" else tuple(values)
 
 
 CHUNK = 10  # samples scored between two cache writes: a killed run loses at most this many forwards

@@ -19,6 +19,7 @@ from lpes_harness.analysis.search_history import ReportError
 from lpes_harness.methods import Method as TableMethod
 from lpes_harness.methods import METHODS, run_of
 from lpes_harness.named_path import split_named_path
+from lpes_harness.scaling import uniform_factor
 from lpes_harness.tasks.suites.multiple_choice import SUITES
 
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
@@ -71,8 +72,8 @@ class Method:
         A position-scaling run with one factor other than 1 on every layer (``scales=0.8``, or a search
         that kept its uniform start) is PI, whatever file it came from: a row is named for what it holds."""
         entry = run_of(self.model, self.model_args)
-        if entry is not None and entry.name == "lpes" and self.scales and len(set(self.scales)) == 1 \
-                and self.scales[0] != 1.0:
+        if entry is not None and entry.name == "lpes" and self.scales \
+                and uniform_factor(self.scales, "position") not in (None, 1.0):
             return METHODS["pi"]
         return entry
 

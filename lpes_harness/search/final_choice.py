@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from lpes_harness.analysis.conditions import Condition
-from lpes_harness.search.selection import NO_CURVE_WON, Candidate, ValidationCondition, is_uniform_scales, select, top_individuals
+from lpes_harness.scaling import uniform_factor
+from lpes_harness.search.selection import NO_CURVE_WON, Candidate, ValidationCondition, select, top_individuals
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
 
 UNIFORM_FILE = "uniform.json"
@@ -117,7 +118,6 @@ def candidates(history: Sequence[dict], uniforms: Sequence[dict], spec, scaling:
                decimals: int = 6) -> list[Candidate]:
     """The search's ``top`` distinct individuals, then the uniform points given (the start, the
     sweep's best, the tuned best), each once; a uniform individual is named as a uniform factor."""
-    halves = 2 if scaling == "both" else 1
     out, seen = [], set()
 
     def add(candidate: Candidate) -> None:
@@ -129,7 +129,7 @@ def candidates(history: Sequence[dict], uniforms: Sequence[dict], spec, scaling:
     by_scales = {tuple(round(float(s), decimals) for s in p["scales"]): p for p in uniforms}
     for record in top_individuals(history, top, decimals):
         key = tuple(round(float(s), decimals) for s in record["scales"])
-        if is_uniform_scales(record["scales"], spec.held_layers, halves):
+        if uniform_factor(record["scales"], scaling, spec.held_layers) is not None:
             point = by_scales.get(key)
             label = point["label"] if point else _uniform_label_of(record["scales"], spec, scaling)
             add(Candidate(label, list(record["scales"]), "uniform", record["fitness"], record.get("genome")))

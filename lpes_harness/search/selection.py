@@ -66,13 +66,6 @@ def top_individuals(records: Sequence[dict], count: int, decimals: int = 6) -> l
     return top
 
 
-def is_uniform_scales(scales: Sequence[float], held_layers: Sequence[int] = (), halves: int = 1) -> bool:
-    """Whether every moved layer has the same factor (in each half, for a ``both`` curve)."""
-    n = len(scales) // halves
-    return all(len({round(float(s), 9) for i, s in enumerate(scales[h * n:(h + 1) * n]) if i not in held_layers}) <= 1
-               for h in range(halves))
-
-
 @dataclass(frozen=True)
 class ValidationCondition:
     """What the validation scores on one condition: its task and options, and its fitness settings."""
