@@ -139,7 +139,7 @@ LAYER_OF = {
     ), "methods"),
     # lm-eval's side: registration (the .pth hook, lpes-eval's register), our lm-eval models, the tasks
     **dict.fromkeys((
-        "_startup", "plugin", "lm", "lmeval", "lmeval.answer_logits", "lmeval.answer_starts", "lmeval.contract",
+        "_startup", "plugin", "lm", "lmeval", "lmeval.answer_logits", "lmeval.contract",
         "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer",
         "lmeval.registration", "lmeval.requests", "lmeval.tasks",
         "tasks", "tasks.data", "tasks.kv_retrieval", "tasks.mdqa", "tasks.metrics", "tasks.multi_needle",

@@ -51,11 +51,12 @@ def test_mspoe_finds_each_rows_length_in_a_right_padded_batch(checkpoint):
     lm = METHODS["mspoe"](checkpoint, batch_size=3)
     rows = [lm.tok_encode(c + x) for c, x in REQUESTS]
     lm._expected_rows = {}
-    for row in rows:
-        lm._expected_rows.setdefault(len(row) - 1, set()).add(tuple(row[:-1]))
+    for row in rows:  # each request's continuation is its last token
+        lm._expected_rows.setdefault(len(row) - 1, {}).setdefault(tuple(row[:-1]), set()).add(len(row) - 2)
     width = max(len(r) - 1 for r in rows)
     padded = torch.tensor([r[:-1] + [0] * (width - len(r) + 1) for r in rows])
     assert lm._last_real_index(padded).tolist() == [len(r) - 2 for r in rows]
+    assert lm._answer_starts(padded).tolist() == [len(r) - 2 for r in rows]
 
 
 def build(arch: str):

@@ -414,7 +414,7 @@ def test_a_real_setting_through_lm_eval_batched_equals_unbatched(checkpoint, pla
 
 
 def test_answer_starts_are_each_rows_last_context_token_and_a_foreign_row_its_last_column():
-    from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
+    from lpes_harness.lmeval.hflm import RightPaddedRowsMixin
 
     class Probe:
         def _loglikelihood_tokens(self, requests):
@@ -422,7 +422,7 @@ def test_answer_starts_are_each_rows_last_context_token_and_a_foreign_row_its_la
             batch = torch.tensor([row + [0] * (10 - len(row)) for row in rows])
             return self._answer_starts(batch).tolist()
 
-    class Model(AnswerStartsMixin, Probe):
+    class Model(RightPaddedRowsMixin, Probe):
         max_length = 10
 
     requests = [(None, [5, 6, 7], [8, 9]), (None, [5, 6], [7]), (None, list(range(3, 12)), [4, 5, 6])]

@@ -17,9 +17,10 @@ from typing import Any
 from lpes_harness.analysis.logged_samples import logged_scores
 from lpes_harness.analysis.search_history import ReportError
 from lpes_harness.methods import Method as TableMethod
-from lpes_harness.methods import METHODS, run_of
+from lpes_harness.arg_values import parse_bool
+from lpes_harness.methods import METHODS, rope_entry, run_of
 from lpes_harness.named_path import split_named_path
-from lpes_harness.scaling import uniform_factor
+from lpes_harness.scaling import halves
 from lpes_harness.tasks.suites.multiple_choice import SUITES
 
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
@@ -69,13 +70,18 @@ class Method:
     def entry(self) -> TableMethod | None:
         """What the runs were in the table of methods (its label, its description), if they were one of ours.
 
-        A position-scaling run with one factor other than 1 on every layer (``scales=0.8``, or a search
-        that kept its uniform start) is PI, whatever file it came from: a row is named for what it holds."""
+        An ``lpes_hf`` run is named for the factors it ran (:func:`~lpes_harness.methods.rope_entry`): one
+        factor other than 1 on every layer it moved (``scales=0.8``, a search that kept its uniform start,
+        ``pi=true``), position or base, is PI, whatever file it came from. A run with ``layer_type`` moved
+        only that type's layers, which the results file does not list: the layers it left at 1 are taken
+        as the held ones. At the identity it keeps the model's entry (vanilla through ``lpes_hf``)."""
         entry = run_of(self.model, self.model_args)
-        if entry is not None and entry.name == "lpes" and self.scales \
-                and uniform_factor(self.scales, "position") not in (None, 1.0):
-            return METHODS["pi"]
-        return entry
+        if entry is None or entry.module != METHODS["pi"].module or not self.scales:
+            return entry
+        scaling = str(self.model_args.get("scaling", "position"))
+        held = unmoved_layers(self.scales, scaling) if self.model_args.get("layer_type") else ()
+        pi = parse_bool("pi", self.model_args.get("pi", False))
+        return rope_entry(self.scales, scaling, held, pi) or entry
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
@@ -111,6 +117,13 @@ class Method:
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
+
+
+def unmoved_layers(scales: Sequence[float], scaling: str) -> tuple[int, ...]:
+    """The layers whose every factor is 1 (under scaling both, both of its factors): a ``layer_type``
+    run's held layers, as far as its results file tells (it does not list the layer types)."""
+    curves = halves(scales, scaling)
+    return tuple(layer for layer in range(len(curves[0])) if all(curve[layer] == 1.0 for curve in curves))
 
 
 def _model_args(value) -> dict[str, Any]:

@@ -9,46 +9,72 @@ import torch
 LOGLIKELIHOOD_PAD_ID = 0
 
 
-class RightPaddingLengthsMixin:
-    """Recover each row's length in HFLM's right-padded ``loglikelihood`` batches.
+class RightPaddedRowsMixin:
+    """Each row's real length and answer start in HFLM's right-padded ``loglikelihood`` batches.
 
-    HFLM pads those batches with token :data:`LOGLIKELIHOOD_PAD_ID` on the right and calls the
-    model with no attention mask. A causal model does not care, but a baseline that looks at
-    each sample's *last* token (Ms-PoE's head statistic) does. We record every input row
-    HFLM will build, then match each padded row against them: the longest recorded
-    row that it starts with, followed only by padding, is that row's real content.
+    HFLM scores a ``(context, continuation)`` pair with one forward over
+    ``(context + continuation)[-(max_length + 1):][:-1]``, right-padded with token
+    :data:`LOGLIKELIHOOD_PAD_ID`, with no attention mask, and reads the continuation's
+    log-probabilities at the row's last ``len(continuation)`` positions. A causal model does not
+    care about the padding, but a method that looks at a sample's *last* token (Ms-PoE's head
+    statistic) or changes only the queries predicting the answer (positional hidden-state scaling,
+    Found-in-the-Middle: the first of those positions, the prompt's last token as in generation)
+    does. We record every row HFLM will build with its answer start, then match each padded row
+    against them: the longest recorded row that it starts with, followed only by padding, is that
+    row's real content.
     """
 
-    _expected_rows: dict[int, set[tuple[int, ...]]] | None = None
+    # row length -> row tokens -> the first answer-predicting column(s) of the requests with that row
+    _expected_rows: dict[int, dict[tuple[int, ...], set[int]]] | None = None
 
     def _loglikelihood_tokens(self, requests, *args, **kwargs):
-        expected: dict[int, set[tuple[int, ...]]] = {}
+        expected: dict[int, dict[tuple[int, ...], set[int]]] = {}
         for _, context_enc, continuation_enc in requests:
             row = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1) :][:-1]
-            expected.setdefault(len(row), set()).add(tuple(row))
+            start = max(len(row) - len(continuation_enc), 0)
+            expected.setdefault(len(row), {}).setdefault(tuple(row), set()).add(start)
         self._expected_rows = expected
         try:
             return super()._loglikelihood_tokens(requests, *args, **kwargs)
         finally:
             self._expected_rows = None
 
-    def _last_real_index(self, inps: torch.Tensor) -> torch.Tensor | None:
-        """Index of each row's last real token, or ``None`` when the rows are not padded loglikelihood inputs."""
+    def _matched_rows(self, inps: torch.Tensor) -> list[tuple[int, int]] | None:
+        """``(real length, answer start)`` of each row; None outside ``loglikelihood``.
+
+        A row that is no request's (HFLM's ``batch_size=auto`` probe, a batch of ones) is all real
+        and gets its last column, what a bare forward changes. Two requests whose rows are the same
+        tokens but split differently into context and continuation (lm-eval never builds them from
+        one task) share the earlier start.
+        """
         expected = self._expected_rows
         if not expected:
             return None
         width = inps.shape[1]
         lengths = sorted((n for n in expected if n <= width), reverse=True)
-        rows = inps.tolist()
-        last = []
-        for row in rows:
-            found = width
+        matched = []
+        for row in inps.tolist():
+            found = (width, width - 1)
             for n in lengths:
                 if all(t == LOGLIKELIHOOD_PAD_ID for t in row[n:]) and tuple(row[:n]) in expected[n]:
-                    found = n
+                    found = (n, min(expected[n][tuple(row[:n])]))
                     break
-            last.append(found - 1)
-        return torch.tensor(last, dtype=torch.long, device=inps.device)
+            matched.append(found)
+        return matched
+
+    def _last_real_index(self, inps: torch.Tensor) -> torch.Tensor | None:
+        """``(B,)`` index of each row's last real token; None outside ``loglikelihood``."""
+        matched = self._matched_rows(inps)
+        if matched is None:
+            return None
+        return torch.tensor([n - 1 for n, _ in matched], dtype=torch.long, device=inps.device)
+
+    def _answer_starts(self, inps: torch.Tensor) -> torch.Tensor | None:
+        """``(B,)`` first answer-predicting column of each row; None outside ``loglikelihood``."""
+        matched = self._matched_rows(inps)
+        if matched is None:
+            return None
+        return torch.tensor([start for _, start in matched], dtype=torch.long, device=inps.device)
 
 
 class AnswerLogitsLoglikelihoodMixin:

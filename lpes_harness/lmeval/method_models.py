@@ -1,11 +1,11 @@
 """The methods that need more of HFLM than their ``install``: their lm-eval models.
 
 - ``mspoe_hf`` (:class:`MsPoELM`): Ms-PoE ranks heads on each row's last real token, which
-  HFLM's right-padded ``loglikelihood`` batches hide (:class:`~.hflm.RightPaddingLengthsMixin`);
+  HFLM's right-padded ``loglikelihood`` batches hide (:class:`~.hflm.RightPaddedRowsMixin`);
 - ``buckets_hf`` (:class:`BucketsLM`): K copies of every input, logits merged, in its own
   ``loglikelihood`` (logits only at the answers) and greedy decoding loop;
 - ``poshidden_hf`` (:class:`PosHiddenLM`): a setting file, and the answer's first column in
-  ``loglikelihood`` (:class:`~.answer_starts.AnswerStartsMixin`);
+  ``loglikelihood`` (:class:`~.hflm.RightPaddedRowsMixin`);
 - ``fitm_hf`` (:class:`FitMLM`): the dummy span's tokens, K dummy copies beside every input,
   the answer's first column, and its own greedy decoding loop.
 
@@ -25,8 +25,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
-from lpes_harness.lmeval.answer_starts import AnswerStartsMixin
-from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPaddingLengthsMixin
+from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPaddedRowsMixin
 from lpes_harness.lmeval.method_lm import MethodLM
 from lpes_harness.methods import buckets, fitm, mspoe, poshidden
 from lpes_harness.methods.arguments import MethodError
@@ -42,7 +41,7 @@ def _greedy_only(name: str, generation_kwargs: dict) -> None:
 
 
 @register_model("mspoe_hf")
-class MsPoELM(RightPaddingLengthsMixin, MethodLM):
+class MsPoELM(RightPaddedRowsMixin, MethodLM):
     """HFLM whose attention heads each see positions divided by their own ratio (Ms-PoE)."""
 
     method = "mspoe"
@@ -91,7 +90,7 @@ class BucketsLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
 
 
 @register_model("poshidden_hf")
-class PosHiddenLM(AnswerStartsMixin, HFLM):
+class PosHiddenLM(RightPaddedRowsMixin, HFLM):
     """HFLM with positional hidden-state scaling.
 
     ``--model_args``: ``setting=<file>`` (from ``poshidden_channel``: channels, layers, factor),
@@ -130,7 +129,7 @@ class PosHiddenLM(AnswerStartsMixin, HFLM):
 
 
 @register_model("fitm_hf")
-class FitMLM(AnswerStartsMixin, HFLM):
+class FitMLM(RightPaddedRowsMixin, HFLM):
     """HFLM with Found-in-the-Middle attention calibration.
 
     ``--model_args``: ``strength`` (default 1; 0 is the plain model), ``temperature`` (5e-5),

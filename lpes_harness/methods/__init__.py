@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Mapping
 
 from lpes_harness.methods.parameters import Parameter
+from lpes_harness.scaling import halves, uniform_factor
 
 # Where a method without an lm-eval model class of its own gets one: that module's generic
 # HFLM subclass, bound to the method (``BOUND.<name>``, an entry-point style attribute path).
@@ -99,7 +100,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "positions i / p_h", _ROPE, "lpes_hf", _LPES_LM,
            (_scales(2, "a position and a base factor per decoder layer, the L position factors first"),),
            install_args={"scaling": "both"}, model_args="scaling=both"),
-    Method("pi", "PI", "Position Interpolation: one position factor on every layer (a curve's mean, or tuned)",
+    Method("pi", "PI", "Position Interpolation: one factor on every layer (a curve's mean, or tuned; a position "
+           "factor, or under scaling=base one base factor)",
            _ROPE, "lpes_hf", _LPES_LM, (_scales(0, "one position factor for every layer"),), model_args="pi=true",
            grid={"scales": (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.05, 1.1)}),
     Method("mspoe", "Ms-PoE", "Multi-scale positional encoding (Zhang et al. 2024): each head of layers 2.. reads "
@@ -168,6 +170,25 @@ def run_of(lm_eval: str | None, model_args: Mapping[str, Any] | None = None) -> 
     given = {str(k): str(v).lower() for k, v in (model_args or {}).items()}
     fits = [m for m in by_lm_eval(lm_eval) if _pairs(m.model_args).items() <= given.items()]
     return max(fits, key=lambda m: len(_pairs(m.model_args)), default=None)
+
+
+def rope_entry(scales, scaling: str = "position", held_layers=(), pi: bool = False) -> Method | None:
+    """What a run of ``lpes_hf`` with these factors is: PI where ``pi=true`` or one factor other than 1 on
+    every layer outside ``held_layers`` (a "curve" that is one factor everywhere is PI, not LPES, whatever
+    its scaling), else the LPES entry of its scaling; None at the identity, the plain model. A ``both``
+    list whose base half is all ones is a position run, one whose position half is, a base run: bit for
+    bit those models."""
+    curves = halves(scales, scaling)
+    if scaling == "both":
+        ones = [all(v == 1.0 for v in curve) for curve in curves]
+        if any(ones):
+            scaling, curves = ("position", curves[:1]) if ones[1] else ("base", curves[1:])
+    if all(v == 1.0 for curve in curves for v in curve):
+        return None
+    flat = [v for curve in curves for v in curve]
+    if pi or uniform_factor(flat, scaling, held_layers) is not None:
+        return METHODS["pi"]
+    return METHODS["lpes" if scaling == "position" else f"lpes_{scaling}"]
 
 
 def _pairs(model_args: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ Facts from the authors' code (PositionalHidden/PositionalHidden,
   scaled keys, so every decoded token uses them. Here the changed queries are the prompt's last
   token and everything after it: in ``generate`` the prompt's last column, then each decoded
   token; in ``loglikelihood`` the positions that predict the continuation (``poshidden_hf`` finds
-  them, :class:`~lpes_harness.lmeval.answer_starts.AnswerStartsMixin`). A forward over a whole
+  them, :class:`~lpes_harness.lmeval.hflm.RightPaddedRowsMixin`). A forward over a whole
   sequence with :func:`answer_queries_from` at the prompt's last token is then cached decoding,
   exactly. A bare ``model(ids)`` changes its last query only, the reference's default.
 - **Values** stay the model's (the reference's ``change_value: false`` in every config); its
