@@ -149,7 +149,8 @@ LAYER_OF = {
     # the library under the commands: methods scored on the same samples, caches, statistics, tables
     **dict.fromkeys((
         "analysis", "analysis.baseline_rows", "analysis.calibration", "analysis.conditions", "analysis.inputs",
-        "analysis.layer_types", "analysis.logged_samples", "analysis.paired", "analysis.paired_table",
+        "analysis.layer_types", "analysis.leaderboard_rows", "analysis.logged_samples", "analysis.paired",
+        "analysis.paired_table",
         "analysis.report_tables", "analysis.results_files", "analysis.score_cache", "analysis.search_history",
         "analysis.stats", "analysis.transfer", "analysis.wrong_answers",
         "methods.poshidden_channel",  # the channel statistic, then candidates scored on a task's samples
@@ -164,6 +165,7 @@ LAYER_OF = {
     **dict.fromkeys((
         "report", "search.run", "search.cli", "search.tune_baselines", "analysis.attention", "analysis.rsm",
         "analysis.validity", "tasks.__main__",
+        "analysis.leaderboard", "analysis.leaderboard_boards",  # the leaderboard page, and the tables it ranks
     ), "commands"),
 }
 

@@ -66,7 +66,8 @@ BOARDS = (
                                 "results/smollm2_base_search/scales.json"),
                   # the robust default search's curve, committed, searched and judged on other samples so far
                   "lpes_both": ("", "results/robust_smollm2_seed1/scales.json")},
-        needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json"},
+        needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json",
+               "moice": "gates=results/moice/smollm2.gates.pt"},
     ),
     Board(
         model="Gemma-3-270M",

@@ -43,6 +43,7 @@ class Row:
     setting: str  # what it set, in words
     scores: tuple[int, ...]  # 0/1 per sample, in the order of its table's samples
     scaling: str | None = None  # an lpes_hf row's scaling (latency was measured for position only)
+    sets_parameters: bool = False  # a baseline row that sets its method's parameters (not its authors' defaults)
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,15 @@ def paired_record(path: Path) -> tuple[list[Row], list[tuple]]:
         ran = (scored.get("methods") or {}).get(name)
         if isinstance(ran, str):  # a baseline model, "model:args"
             model, _, text = ran.partition(":")
-            entry, setting = baseline_row(model, dict(pair.split("=", 1) for pair in text.split(",") if "=" in pair),
-                                          f"{path}: row {name!r}")
+            entry, setting, sets = baseline_row(model, dict(pair.split("=", 1) for pair in text.split(",") if "=" in pair),
+                                                f"{path}: row {name!r}")
             row_scaling = None
         elif isinstance(ran, list):
-            entry, setting, row_scaling = rope_entry(ran, scaling), rope_setting(ran, scaling), scaling
+            entry, setting, row_scaling, sets = rope_entry(ran, scaling), rope_setting(ran, scaling), scaling, False
         else:
             raise LeaderboardError(f"{path}: row {name!r} has no scales or model:args under 'methods'")
         scores = [v for p in sorted(by_position) for v in by_position[p]]
-        rows.append(Row(name, entry, setting, _binary(scores, f"{path}: row {name!r}"), row_scaling))
+        rows.append(Row(name, entry, setting, _binary(scores, f"{path}: row {name!r}"), row_scaling, sets))
     return rows, [(p, i, None) for p in sorted(shape) for i in range(shape[p])]
 
 
@@ -157,22 +158,24 @@ def _results_row(method: ResultsMethod, scores: tuple[int, ...]) -> Row:
     if entry is None:
         raise LeaderboardError(f"{where} ran {method.model!r}, which is not in the table of methods (lpes_harness.methods)")
     if entry.module != ROPE:
-        return Row(method.name, *baseline_row(method.model, method.model_args, where), scores)
+        entry, setting, sets = baseline_row(method.model, method.model_args, where)
+        return Row(method.name, entry, setting, scores, sets_parameters=sets)
     scaling = str(method.model_args.get("scaling", "position"))
     scales = method.scales or [1.0]
     plain = rope_entry(scales, scaling) is None  # vanilla through lpes_hf: the method's entry, at its identity
     return Row(method.name, None if plain else entry, rope_setting(scales, scaling), scores, scaling)
 
 
-def baseline_row(model: str, args: Mapping[str, object], where: str) -> tuple[Method, str]:
-    """A baseline's entry, and its setting: its authors' defaults, or the parameters it set."""
+def baseline_row(model: str, args: Mapping[str, object], where: str) -> tuple[Method, str, bool]:
+    """A baseline's entry, its setting in words, and whether it sets any of its method's parameters
+    (else it ran the authors' defaults)."""
     entry = run_of(model, args)
     if entry is None:
         raise LeaderboardError(f"{where} ran {model!r}, which is not in the table of methods (lpes_harness.methods)")
     shown = ",".join(f"{key}={value}" for key, value in args.items() if key not in RUN_ARGS)
     if not {p.name for p in entry.parameters} & set(args):
-        return entry, "authors' defaults" + (f" (`{shown}`)" if shown else "")
-    return entry, f"`{shown}`"
+        return entry, "authors' defaults" + (f" (`{shown}`)" if shown else ""), False
+    return entry, f"`{shown}`", True
 
 
 def rope_setting(scales: Sequence[float], scaling: str) -> str:

@@ -1,0 +1,206 @@
+"""The leaderboard (``python -m lpes_harness.analysis.leaderboard``): committed per-sample records in, one page out.
+
+- its paired numbers are :mod:`lpes_harness.analysis.stats`'s on the same samples, to vanilla and to the
+  best LPES row, from either kind of record (a paired ``heldout.json``, a kept ``lpes-report`` folder);
+- rows are named for what they ran: one factor on every layer it moved is PI (position or base, with
+  ``layer_type`` or ``pi=true``), not LPES; vanilla through ``lpes_hf`` is the plain model;
+- a method of the table with no row gets "not scored on this table" and the command that would score
+  it, or the reason the model refuses it (a baseline without its authors' or its tuned row: that row);
+  where a baseline beats LPES, the page says so;
+- records that do not pair (other samples, a row that differs between two records) are refused by name;
+- ``docs/leaderboard.md`` is what the command writes now from the committed records.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from lpes_harness.analysis import leaderboard
+from lpes_harness.analysis.leaderboard import main, render
+from lpes_harness.analysis.leaderboard_boards import Board
+from lpes_harness.analysis.leaderboard_rows import LeaderboardError, read_table
+from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
+
+ROOT = Path(__file__).resolve().parents[1]
+POSITIONS = (0, 50, 100)
+PER_POSITION = 40
+
+
+def _scores(rate: float, seed: int) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    return {str(p): [float(rng.random() < rate) for _ in range(PER_POSITION)] for p in POSITIONS}
+
+
+def _pooled(by_position: dict[str, list[float]]) -> list[float]:
+    return [v for p in POSITIONS for v in by_position[str(p)]]
+
+
+def _points(value: float) -> str:
+    return f"{value * 100:+.1f}".replace("-", "−")
+
+
+def _interval(test: dict) -> str:
+    low, high = test["difference_interval"]
+    return f"{_points(test['difference'])} [{_points(low)}, {_points(high)}]"
+
+
+def _row_line(page: str, name: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith("| ") and f"| {name} |" in line
+                or f"| **{name}** |" in line)
+
+
+def _paired_record(tmp_path: Path, rows: dict) -> str:
+    """A heldout.json as python -m lpes_harness.analysis.paired writes it: row -> (scales or model:args, scores)."""
+    scored = {"task": "multi_needle", "split": "heldout", "num_samples": PER_POSITION,
+              "methods": {name: ran for name, (ran, _) in rows.items()},
+              "scores": {name: scores for name, (_, scores) in rows.items()}}
+    path = tmp_path / "paired" / "heldout.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"table": {}, "scored": scored}))
+    return "paired/heldout.json"
+
+
+def _kept_record(tmp_path: Path, folder: str, rows: dict) -> str:
+    """A kept lpes-report record: results_<row>.json (model, model_args, lpes_scales) beside per_sample.json."""
+    directory = tmp_path / folder
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {}
+    for name, (config, scores) in rows.items():
+        results = {f"multi_needle_pos{p}": {"acc,none": sum(scores[str(p)]) / PER_POSITION} for p in POSITIONS}
+        (directory / f"results_{name.replace(' ', '_')}.json").write_text(json.dumps({"results": results, "config": config}))
+        record[name] = {f"multi_needle_pos{p}": {str(doc): {"acc": v, "doc_hash": f"h{p}-{doc}"}
+                                                 for doc, v in enumerate(scores[str(p)])} for p in POSITIONS}
+    (directory / "per_sample.json").write_text(json.dumps(record))
+    return folder
+
+
+def _latency(tmp_path: Path) -> str:
+    summary = {"vanilla": {"ratio": 1.0}, "LPES": {"ratio": 1.01}, "PI": {"ratio": 1.0}, "Buckets": {"ratio": 6.0}}
+    (tmp_path / "latency.json").write_text(json.dumps({"prompt_tokens": [100, 120], "new_tokens": 4, "threads": 1,
+                                                       "repeats": 2, "summary": summary}))
+    return "latency.json"
+
+
+def _board(sources, **fields) -> Board:
+    defaults = dict(model="Tiny", about="A fake table.", tune="tune {label}={model}{colon_args} -> {name}",
+                    score="score \"{label}={model}{colon_args}\" into {name}", score_curve="curve {name}={scales}")
+    return Board(sources=tuple(sources), **{**defaults, **fields})
+
+
+VANILLA, CURVE, PI_ROW = _scores(0.5, 1), _scores(0.8, 2), _scores(0.6, 3)
+BUCKETS, MSPOE = _scores(0.7, 4), _scores(0.45, 5)
+
+
+@pytest.fixture
+def paired(tmp_path):
+    source = _paired_record(tmp_path, {
+        "vanilla": ([1.0] * 4, VANILLA), "LPES a": ([0.5, 0.7, 1.1, 1.2], CURVE), "uniform 0.9": ([0.9] * 4, PI_ROW),
+        "Buckets tuned": ("buckets_hf:bases=1.0;2.0", BUCKETS), "Ms-PoE": ("mspoe_hf", MSPOE)})
+    return tmp_path, source
+
+
+def test_paired_numbers_are_the_stats_modules_to_vanilla_and_to_the_best_lpes_row(paired):
+    tmp_path, source = paired
+    page = render([_board([source])], _latency(tmp_path), tmp_path)
+    line = _row_line(page, "Buckets tuned")
+    to_vanilla = compare_paired(_pooled(BUCKETS), _pooled(VANILLA))
+    to_best = compare_paired(_pooled(BUCKETS), _pooled(CURVE))
+    accuracy = accuracy_with_interval(_pooled(BUCKETS))
+    assert f"{_interval(to_vanilla)}, {to_vanilla['gained']} / {to_vanilla['lost']}, p = {format_p(to_vanilla['p'])}" in line
+    assert f"{_interval(to_best)}, p = {format_p(to_best['p'])}" in line
+    assert f"{accuracy['accuracy']:.3f}".removeprefix("0") in line
+    assert "6.00x at its defaults" in line and "`bases=1.0;2.0`" in line  # latency.py ran its 7 default bases
+    assert "| **LPES a** |" in page  # the best LPES row, the one every row is paired with
+    assert "authors' defaults" in _row_line(page, "Ms-PoE") and "not measured" in _row_line(page, "Ms-PoE")
+
+
+def test_a_uniform_row_is_pi_and_vanilla_is_the_plain_model(paired):
+    tmp_path, source = paired
+    rows = {row.name: row for row in read_table([source], tmp_path).rows}
+    assert rows["uniform 0.9"].entry.name == "pi" and rows["uniform 0.9"].setting == "position factor 0.9 on every layer"
+    assert rows["LPES a"].entry.name == "lpes" and rows["vanilla"].entry is None
+    assert rows["Buckets tuned"].entry.name == "buckets" and rows["Buckets tuned"].sets_parameters
+
+
+def test_kept_records_name_uniform_base_and_layer_type_rows_pi(tmp_path):
+    base = {"model": "lpes_hf"}
+    source = _kept_record(tmp_path, "kept", {
+        "vanilla": ({**base, "model_args": "pretrained=x", "lpes_scales": [1.0] * 4}, VANILLA),
+        "LPES-base a": ({**base, "model_args": "scales=a.json,scaling=base", "lpes_scales": [2.0, 1.8, 1.5, 1.2]}, CURVE),
+        "uniform base 2": ({**base, "model_args": "scales=2.0,scaling=base", "lpes_scales": [2.0] * 4}, PI_ROW),
+        "PI tuned": ({**base, "model_args": "scales=2.5,layer_type=full_attention", "lpes_scales": [1, 2.5, 1, 2.5]}, MSPOE),
+        "Buckets authors": ({"model": "buckets_hf", "model_args": "pretrained=x"}, BUCKETS)})
+    rows = {row.name: row for row in read_table([source], tmp_path).rows}
+    assert rows["vanilla"].entry is None
+    assert rows["LPES-base a"].entry.name == "lpes_base"
+    assert rows["uniform base 2"].entry.name == "pi" and rows["uniform base 2"].setting == "base factor 2 on every layer"
+    assert rows["PI tuned"].entry.name == "pi"
+    assert rows["PI tuned"].setting == "position factor 2.5 on 2 of 4 layers (the others at 1)"
+    assert rows["Buckets authors"].setting == "authors' defaults"
+    page = render([_board([source])], _latency(tmp_path), tmp_path)
+    assert "not measured (base scaling)" in _row_line(page, "uniform base 2")  # latency.py ran position scaling
+    to_vanilla = compare_paired(_pooled(PI_ROW), _pooled(VANILLA))
+    assert _interval(to_vanilla) in _row_line(page, "uniform base 2")
+
+
+def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
+    tmp_path, source = paired
+    board = _board([source], needs={"poshidden": "setting=p.json"}, refused={"string": "it refuses tiny models"},
+                   searches={"lpes_both": ("search both", "both/scales.json")})
+    page = render([board], _latency(tmp_path), tmp_path)
+    assert "- **Found in the Middle** (`fitm_hf`): not scored on this table." in page
+    assert 'score "Found in the Middle=fitm_hf" into fitm' in page
+    assert "tune Positional hidden-state scaling=poshidden_hf:setting=p.json -> poshidden" in page
+    assert "- **STRING** (`string_hf`): not scored on this table. it refuses tiny models." in page
+    assert "search both" in page and "curve lpes_both=both/scales.json" in page
+    assert "- **LPES base** (`lpes_hf` scaling=base): not scored on this table. No curve of this scaling" in page
+    assert "- **MoICE** (`moice_hf`): not scored on this table." in page
+    # a baseline with a row, but not both kinds: the fixture's Ms-PoE ran its defaults only, its Buckets only tuned
+    assert "- **Ms-PoE** (`mspoe_hf`): no tuned row on this table" in page
+    assert "- **Buckets** (`buckets_hf`): no row at the authors' defaults on this table." in page
+    assert "**PI**" not in page.split("no row here")[1]  # its uniform row is PI's
+
+
+def test_the_page_says_where_lpes_is_not_first(tmp_path):
+    source = _paired_record(tmp_path, {"vanilla": ([1.0] * 4, VANILLA), "LPES a": ([0.5, 0.7, 1.1, 1.2], PI_ROW),
+                                       "Buckets": ("buckets_hf", _scores(0.95, 6))})
+    page = render([_board([source])], _latency(tmp_path), tmp_path)
+    behind = compare_paired(_pooled(PI_ROW), _pooled(_scores(0.95, 6)))
+    assert "**First: Buckets** (Buckets)" in page and "**LPES is not first here**" in page
+    assert f"its best row, LPES a (LPES), is at {_interval(behind)} points from it" in page
+    assert "- LPES a (LPES): below 1 row(s) of other methods at p < 0.05, most of all Buckets (Buckets)" in page
+
+
+def test_records_that_do_not_pair_are_refused_by_name(tmp_path):
+    first = _kept_record(tmp_path, "one", {"vanilla": ({"model": "hf", "model_args": ""}, VANILLA),
+                                           "Buckets": ({"model": "buckets_hf", "model_args": ""}, BUCKETS)})
+    second = _kept_record(tmp_path, "two", {"vanilla": ({"model": "hf", "model_args": ""}, VANILLA),
+                                            "Buckets": ({"model": "buckets_hf", "model_args": ""}, MSPOE)})
+    with pytest.raises(LeaderboardError, match="row 'Buckets' of 'two' differs"):
+        read_table([first, second], tmp_path)
+    other = _paired_record(tmp_path, {"vanilla": ([1.0] * 4, VANILLA)})
+    with pytest.raises(LeaderboardError, match="'paired/heldout.json' holds other samples than 'one'"):
+        read_table([first, other], tmp_path)
+    with pytest.raises(LeaderboardError, match="'nowhere' does not exist"):
+        read_table(["nowhere"], tmp_path)
+    foreign = _kept_record(tmp_path, "foreign", {"vanilla": ({"model": "hf", "model_args": ""}, VANILLA),
+                                                 "mine": ({"model": "my_model", "model_args": ""}, BUCKETS)})
+    with pytest.raises(LeaderboardError, match="'mine' ran 'my_model', which is not in the table of methods"):
+        read_table([foreign], tmp_path)
+
+
+def test_the_command_names_a_bad_latency_file(tmp_path, capsys):
+    assert main(["--latency", str(tmp_path / "none.json"), "--out", str(tmp_path / "page.md")]) == 2
+    assert "none.json' does not exist" in capsys.readouterr().err and not (tmp_path / "page.md").exists()
+
+
+def test_the_committed_page_is_what_the_command_writes_now(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["--out", str(tmp_path / "leaderboard.md")]) == 0
+    written = (tmp_path / "leaderboard.md").read_text(encoding="utf-8")
+    committed = (ROOT / "docs" / "leaderboard.md").read_text(encoding="utf-8")
+    assert written == committed, f"docs/leaderboard.md is out of date; run {leaderboard.COMMAND}"
