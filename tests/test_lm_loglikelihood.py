@@ -59,3 +59,23 @@ def test_by_default_loglikelihood_is_hflms_bit_for_bit(checkpoint):
         lm, instances(REQUESTS), disable_tqdm=True)
     with pytest.raises(ValueError, match="answer_logits='maybe' is not allowed"):
         LPESLM(pretrained=checkpoint, device="cpu", answer_logits="maybe")
+
+
+def test_one_token_answers_to_one_prompt_share_its_row_as_hflms_logits_cache_does(checkpoint):
+    """A multiple-choice letter (C-Eval's A-D): four answers, one decoder row, HFLM's scores."""
+    lm = LPESLM(pretrained=checkpoint, scales=1.5, device="cpu", batch_size=4, answer_logits=True)
+    letters = [lm.tokenizer.convert_ids_to_tokens(i) for i in (30, 31, 32, 33)]
+    pairs = [("Question one? Answer:", letter) for letter in letters] + [("Another, longer question? Answer:", "b")]
+    assert all(len(lm._encode_pair(c, a)[1]) == 1 for c, a in pairs)
+    rows = []
+    handle = lm.model.get_decoder().register_forward_hook(
+        lambda module, args, kwargs, output: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        new = lm.loglikelihood(instances(pairs), disable_tqdm=True)
+    finally:
+        handle.remove()
+    assert rows == [2]  # the four letters' prompt once, the other prompt once
+    old = HFLM.loglikelihood(lm, instances(pairs), disable_tqdm=True)
+    assert [greedy for _, greedy in new] == [greedy for _, greedy in old]
+    assert [ll for ll, _ in new] == pytest.approx([ll for ll, _ in old], abs=1e-4)
+    assert len({ll for ll, _ in new[:4]}) == 4  # each letter read at the shared row, not one letter four times

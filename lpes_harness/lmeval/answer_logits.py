@@ -21,8 +21,9 @@ first run the prompt (all rows in one forward, keeping the cache), then every an
 row in a second forward on a copy of its row's cache. In float32 the batched scores equal the
 per-prompt ones to rounding (tests/test_lmeval_answer_logits_batched.py).
 
-:func:`score_token_pairs` is lm-eval's ``loglikelihood`` itself, one row per pair and no shared
-prompt, with the output layer only at the answers, for a model that supplies its own logits at
+:func:`score_token_pairs` is lm-eval's ``loglikelihood`` itself, one row per distinct row of
+lm-eval's (a multiple-choice letter's four answers share one, as lm-eval's logits cache shares
+it) and no KV cache split, with the output layer only at the answers, for a model that supplies its own logits at
 given positions (Attention Buckets, through :class:`lpes_harness.lmeval.hflm.AnswerLogitsLoglikelihoodMixin`).
 
 Tokenisation is lm-eval's own (:func:`lpes_harness.lmeval.requests.encode_pair`, which moves the context's trailing spaces
@@ -107,36 +108,45 @@ def score_token_pairs(lm, encoded: Sequence[tuple[list[int], list[int]]], batch_
     lm-eval pads them (no real token of a causal model sees the padding after it).
     ``logits_at(input_ids, rows, columns)`` runs the model and returns the logits ``(n, V)``
     at those ``n`` positions only. Unlike :func:`score_answers`, no prompt is shared between
-    pairs, so a model whose forward is not the plain decoder (Attention Buckets' K copies)
-    only has to supply ``logits_at``. ``done()``, if given, is called once per pair scored (a
+    pairs whose rows differ (no KV cache is split), so a model whose forward is not the plain
+    decoder (Attention Buckets' K copies) only has to supply ``logits_at``; pairs whose rows are
+    the same tokens share their row. ``done()``, if given, is called once per pair scored (a
     progress bar).
     """
-    rows = []
-    for context, answer in encoded:
+    # Pairs whose rows are the same tokens share one forward, as lm-eval's logits cache lets
+    # them: a multiple-choice letter (C-Eval's "A".."D", MMLU's letter form) is a one-token
+    # answer after the same prompt, so its four choices cost one row, not four.
+    pairs_of_row: dict[tuple[int, ...], list[int]] = {}
+    for index, (context, answer) in enumerate(encoded):
         if not context or not answer:
             raise ValueError(f"loglikelihood needs a context and an answer of at least one token; got {len(context)} "
                              f"and {len(answer)} tokens")
-        rows.append((list(context) + list(answer))[-(lm.max_length + 1) :][:-1])
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
-    def score_batch(batch):
-        return _score_rows([rows[i] for i in batch], [encoded[i][1] for i in batch], lm.device, logits_at)
+        row = tuple((list(context) + list(answer))[-(lm.max_length + 1) :][:-1])
+        pairs_of_row.setdefault(row, []).append(index)
+    order = sorted(pairs_of_row, key=len, reverse=True)
 
-    results: list[AnswerScore | None] = [None] * len(rows)
+    def score_batch(batch):
+        return _score_rows(batch, [[encoded[i][1] for i in pairs_of_row[row]] for row in batch], lm.device, logits_at)
+
+    results: list[AnswerScore | None] = [None] * len(encoded)
     size = resolve_batch_size(lm, batch_size)
-    for index, result in _in_batches(lm, order, size, score_batch, auto=batch_size == "auto"):
-        results[index] = result
-        if done is not None:
-            done()
+    for row, scores in _in_batches(lm, order, size, score_batch, auto=batch_size == "auto"):
+        for index, score in zip(pairs_of_row[row], scores):
+            results[index] = score
+            if done is not None:
+                done()
     return results
 
 
 @torch.inference_mode()
-def _score_rows(rows: list[list[int]], answers: list[list[int]], device, logits_at) -> list[AnswerScore]:
+def _score_rows(rows: list[tuple[int, ...]], answers: list[list[list[int]]], device, logits_at) -> list[list[AnswerScore]]:
+    """Each row's answers (every one read at the row's last ``len(answer)`` positions), all rows in one forward."""
     ids = torch.zeros(len(rows), max(len(row) for row in rows), dtype=torch.long)
     for index, row in enumerate(rows):
         ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
-    reads = [(index, len(row) - len(answer), answer) for index, (row, answer) in enumerate(zip(rows, answers))]
-    return _read_answers(lambda r, c: logits_at(ids.to(device), r.to(device), c.to(device)), reads)
+    reads = [(index, len(row) - len(answer), answer) for index, row in enumerate(rows) for answer in answers[index]]
+    scores = iter(_read_answers(lambda r, c: logits_at(ids.to(device), r.to(device), c.to(device)), reads))
+    return [[next(scores) for _ in row_answers] for row_answers in answers]
 
 
 def resolve_batch_size(lm, batch_size: int | str) -> int:
