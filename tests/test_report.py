@@ -193,17 +193,20 @@ def test_each_method_is_named_by_the_table_of_methods(tmp_path):
                            "base": {"model": "lpes_hf", "model_args": "scales=run/scales.json", "lpes_scaling": "base"},
                            "mspoe": {"model": "mspoe_hf", "model_args": {"min_ratio": 1.1}},
                            "vanilla": {"model": "hf", "model_args": "pretrained=x"},
+                           # vanilla through lpes_hf (no scales: every factor 1) is the plain model, not LPES
+                           "identity": {"model": "lpes_hf", "model_args": "dtype=bfloat16", "lpes_scales": [1.0] * 4},
                            # a scales file that is one factor on every layer (a search that kept its start) is PI
                            "kept": {"model": "lpes_hf", "model_args": "scales=kept/scales.json", "lpes_scales": [0.8] * 4},
                            "curve": {"model": "lpes_hf", "model_args": "scales=c.json", "lpes_scales": [0.8, 1.2, 1, 1]}}.items():
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "results.json").write_text(json.dumps({"results": {"t": {"acc,none": 0.5}}, "config": config}))
-    folders = ("lpes", "base", "mspoe", "vanilla", "kept", "curve")
+    folders = ("lpes", "base", "mspoe", "vanilla", "identity", "kept", "curve")
     text = report.write_report([str(tmp_path / f) for f in folders], tmp_path / "out").read_text()
     for name, entry in {"lpes": "lpes", "base": "lpes_base", "mspoe": "mspoe", "kept": "pi", "curve": "lpes"}.items():
         method = METHODS[entry]
         assert f"- `{name}`: {method.label} (`{method.lm_eval}`), {method.description}" in text
-    assert "- `vanilla` (`hf`)" in text
+    assert "- `vanilla`: the plain model (`hf`)\n" in text
+    assert "- `identity`: the plain model (`lpes_hf`), every factor 1\n" in text
 
 
 def test_cli_writes_report(two_methods, capsys):

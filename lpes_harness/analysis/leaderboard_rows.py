@@ -162,8 +162,7 @@ def _results_row(method: ResultsMethod, scores: tuple[int, ...]) -> Row:
         return Row(method.name, entry, setting, scores, sets_parameters=sets)
     scaling = str(method.model_args.get("scaling", "position"))
     scales = method.scales or [1.0]
-    plain = rope_entry(scales, scaling) is None  # vanilla through lpes_hf: the method's entry, at its identity
-    return Row(method.name, None if plain else entry, rope_setting(scales, scaling), scores, scaling)
+    return Row(method.name, None if method.is_plain else entry, rope_setting(scales, scaling), scores, scaling)
 
 
 def baseline_row(model: str, args: Mapping[str, object], where: str) -> tuple[Method, str, bool]:

@@ -52,6 +52,9 @@ def methods_section(methods: Sequence[Method]) -> str:
     lines = ["Methods:", ""]
     for method in methods:
         entry, model = method.entry, f" (`{method.model}`)" if method.model else ""
+        if method.is_plain:  # vanilla through lpes_hf is no LPES run, whatever model ran it
+            lines.append(f"- `{method.name}`: the plain model{model}" + ("" if method.model == "hf" else ", every factor 1"))
+            continue
         lines.append(f"- `{method.name}`" + (f": {entry.label}{model}, {entry.description}" if entry else model))
     return "\n".join(lines) + "\n"
 

@@ -83,6 +83,18 @@ class Method:
         pi = parse_bool("pi", self.model_args.get("pi", False))
         return rope_entry(self.scales, scaling, held, pi) or entry
 
+    @property
+    def is_plain(self) -> bool:
+        """The run is the plain model: lm-eval's own ``hf``, or ``lpes_hf`` with every factor 1 (bit for
+        bit the plain model, so no row or description may call it LPES). Factors the results file does not
+        record (``lpes_scales``) are not taken for ones."""
+        if self.model == "hf":
+            return True
+        entry = run_of(self.model, self.model_args)
+        if entry is None or entry.module != METHODS["pi"].module or not self.scales:
+            return False
+        return rope_entry(self.scales, str(self.model_args.get("scaling", "position"))) is None
+
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
             metrics = self.scores.setdefault(task, {})
