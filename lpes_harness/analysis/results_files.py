@@ -76,9 +76,9 @@ class Method:
         only that type's layers, which the results file does not list: the layers it left at 1 are taken
         as the held ones. At the identity it keeps the model's entry (vanilla through ``lpes_hf``)."""
         entry = run_of(self.model, self.model_args)
-        if entry is None or entry.module != METHODS["pi"].module or not self.scales:
+        scaling = self._rope_scaling(entry)
+        if scaling is None:
             return entry
-        scaling = str(self.model_args.get("scaling", "position"))
         held = unmoved_layers(self.scales, scaling) if self.model_args.get("layer_type") else ()
         pi = parse_bool("pi", self.model_args.get("pi", False))
         return rope_entry(self.scales, scaling, held, pi) or entry
@@ -90,10 +90,15 @@ class Method:
         record (``lpes_scales``) are not taken for ones."""
         if self.model == "hf":
             return True
-        entry = run_of(self.model, self.model_args)
+        scaling = self._rope_scaling(run_of(self.model, self.model_args))
+        return scaling is not None and rope_entry(self.scales, scaling) is None
+
+    def _rope_scaling(self, entry: TableMethod | None) -> str | None:
+        """What the factors multiply, for a run of rope.py's install (LPES of any scaling, PI) whose
+        results file records its factors; None for any other run."""
         if entry is None or entry.module != METHODS["pi"].module or not self.scales:
-            return False
-        return rope_entry(self.scales, str(self.model_args.get("scaling", "position"))) is None
+            return None
+        return str(self.model_args.get("scaling", "position"))
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         for task, entry in data["results"].items():
