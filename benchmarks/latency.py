@@ -16,6 +16,13 @@ spread. At least 10 repeats.
 
 The paper's H100 ratios to vanilla (Llama-2-7B): Ms-PoE 1.45x, MoICE 2.42x,
 Attention Buckets 4.76x, LPES 1.00x.
+
+Methods are named by their label in the table of methods (``lpes_harness.methods.METHODS``), which
+is what the leaderboard reads back; ``--methods`` also takes the table's keys (``poshidden,fitm``).
+The three rivals run as their lm-eval models do: positional hidden-state scaling with the channel of
+``--poshidden-setting`` (latency does not depend on which channel), Found in the Middle with its
+K dummy copies as rows of one batch and its own decoding step, STRING at ``--string-offset`` (its
+default, a third of the trained length, is past these prompts' length, where no distance is shifted).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from lpes_harness.files import atomic_write_json
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
-METHODS = ("vanilla", "LPES", "PI", "Ms-PoE", "Buckets", "MoICE")
+METHODS = ("vanilla", "LPES", "PI", "Ms-PoE", "Buckets", "MoICE", "Positional hidden-state scaling",
+           "Found in the Middle", "STRING")
 
 
 def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
@@ -63,21 +71,37 @@ def lpes_scales(path: str | None, n_layers: int) -> list[float]:
     return [1.0 + 0.8 * i / max(1, n_layers - 1) for i in range(n_layers)]
 
 
-def make_methods(model, scales: list[float], gates: str | None):
+def method_names(text: str) -> list[str]:
+    """``--methods``: labels of the table of methods, or its keys, -> labels (unknown names kept, refused later)."""
+    from lpes_harness.methods import METHODS as TABLE
+
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    return [TABLE[m].label if m in TABLE else m for m in names]
+
+
+def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshidden_setting: str | None,
+                 string_offset: int):
     """name -> (install, remove, next_logits) on the one loaded model."""
     from lpes_harness import rope
-    from lpes_harness.methods import buckets, moice, mspoe
+    from lpes_harness.methods import buckets, fitm, moice, mspoe, poshidden, string_shift
+    from lpes_harness.models import cache_keyword
 
     def plain_next_logits(ids, mask, positions, cache):
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                    **{cache_keyword(model): cache})
         return out.logits[:, -1]
 
     def bucket_next_logits(ids, mask, positions, cache):
         return buckets.forward_logits(model, ids, mask, positions, cache, last_only=True)
 
+    def fitm_next_logits(ids, mask, positions, cache):
+        return fitm.forward_logits(model, ids, mask, positions, cache, last_only=True)
+
     def none(_model=None):
         return None
+
+    hidden = poshidden.resolve_arguments(setting=poshidden_setting, channels=None if poshidden_setting else "0")
+    dummy_ids = tokenizer(fitm.DUMMY_TEXT, add_special_tokens=False)["input_ids"]
 
     pi = [sum(scales) / len(scales)] * len(scales)
     return {
@@ -87,6 +111,13 @@ def make_methods(model, scales: list[float], gates: str | None):
         "Ms-PoE": (lambda: mspoe.install(model), lambda: mspoe.remove(model), plain_next_logits),
         "Buckets": (lambda: buckets.install(model), lambda: buckets.remove(model), bucket_next_logits),
         "MoICE": (lambda: moice.install(model, gates=gates), lambda: moice.remove(model), plain_next_logits),
+        "Positional hidden-state scaling": (
+            lambda: poshidden.install(model, hidden["channels"], hidden["factor"], hidden["layers"]),
+            lambda: poshidden.remove(model), plain_next_logits),
+        "Found in the Middle": (lambda: fitm.install(model, dummy_ids=dummy_ids), lambda: fitm.remove(model),
+                                fitm_next_logits),
+        "STRING": (lambda: string_shift.install(model, shifted_offset=string_offset),
+                   lambda: string_shift.remove(model), plain_next_logits),
     }
 
 
@@ -162,14 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats per method and prompt (at least 10)")
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--num-docs", type=int, default=10)
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated subset of {', '.join(METHODS)} (or the table of methods' keys)")
     parser.add_argument("--lpes-scales", default=None, help="a scales file (default: a stand-in curve)")
     parser.add_argument("--moice-gates", default=None, help="a MoICE gates file (default: untrained routers)")
+    parser.add_argument("--poshidden-setting", default=None,
+                        help="a poshidden_hf setting file (default: channel 0, factor 0, the middle band of layers)")
+    parser.add_argument("--string-offset", type=int, default=512,
+                        help="STRING's shifted_offset S in tokens (default 512: below these prompts' length)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the raw timings here")
     args = parser.parse_args(argv)
 
-    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    chosen = method_names(args.methods)
     unknown = [m for m in chosen if m not in METHODS]
     if unknown or "vanilla" not in chosen:
         parser.error(f"--methods {args.methods!r}: accepted {', '.join(METHODS)}, and vanilla must be one of them")
@@ -187,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x.shape[1]) for x in inputs]
     print(f"{len(inputs)} prompts of {min(lengths)}-{max(lengths)} tokens, {args.new_tokens} new tokens, "
           f"{args.repeats} repeats, {torch.get_num_threads()} threads", file=sys.stderr)
-    methods = make_methods(model, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates)
+    methods = make_methods(model, tokenizer, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates,
+                           args.poshidden_setting, args.string_offset)
 
     # times[method][workload][sample][repeat]
     times = {m: {w: [[] for _ in inputs] for w in WORKLOADS} for m in chosen}
@@ -236,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             "device": str(model.device),
             "moice_gates": args.moice_gates,
             "lpes_scales": args.lpes_scales,
+            "poshidden_setting": args.poshidden_setting,
+            "string_offset": args.string_offset,
             "summary": summary,
         }
         atomic_write_json(args.json, payload, indent=2)

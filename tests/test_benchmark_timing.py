@@ -26,3 +26,42 @@ def test_batched_fitness_refuses_a_bad_batch_size(capsys):
     with pytest.raises(SystemExit):
         load("batched_fitness").parse_args(["--batch-size", "zero"])
     assert "--batch-size 'zero'" in capsys.readouterr().err
+
+
+def test_latency_times_every_method_of_the_table_by_its_label():
+    """Each method the table runs with position scaling or none has a row, named as the leaderboard reads it."""
+    from lpes_harness.methods import METHODS
+
+    latency = load("latency")
+    timed = {m.label for m in METHODS.values() if m.install_args.get("scaling", "position") == "position"}
+    assert timed == set(latency.METHODS) - {"vanilla"}
+    assert latency.method_names("vanilla, poshidden,fitm,STRING") == [
+        "vanilla", "Positional hidden-state scaling", "Found in the Middle", "STRING"]
+
+
+def test_every_timed_method_runs_and_leaves_the_model_as_it_was():
+    """latency.py's install / next_logits / remove on a tiny model: each method changes the next-token
+    logits (else it timed the plain model) and its removal gives vanilla's back."""
+    import torch
+    from tiny_models import random_ids, tiny_model, tiny_tokenizer
+
+    latency = load("latency")
+    model, ids = tiny_model("llama"), random_ids(160)
+    methods = latency.make_methods(model, tiny_tokenizer(), [1.0, 1.5, 2.0, 2.5], None, None, string_offset=128)
+    assert set(methods) == set(latency.METHODS)
+
+    def next_logits(name):
+        from transformers import DynamicCache
+
+        install, remove, step = methods[name]
+        install()
+        try:
+            with torch.no_grad():
+                return step(ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None], DynamicCache(config=model.config))
+        finally:
+            remove()
+
+    plain = next_logits("vanilla")
+    for name in latency.METHODS[1:]:
+        assert not torch.allclose(next_logits(name), plain), f"{name} timed the plain model"
+        assert torch.equal(next_logits("vanilla"), plain), f"{name} was not removed"

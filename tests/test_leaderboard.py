@@ -198,6 +198,17 @@ def test_the_command_names_a_bad_latency_file(tmp_path, capsys):
     assert "none.json' does not exist" in capsys.readouterr().err and not (tmp_path / "page.md").exists()
 
 
+def test_latency_is_read_from_what_latency_py_writes_now(tmp_path):
+    """benchmarks/latency.py --json keeps each workload's paired ratios; the page shows generation's median."""
+    def measured(prefill: float, generate: float) -> dict:
+        return {"prefill": {"paired_ratio": {"median": prefill, "p10": prefill, "p90": prefill}},
+                "generate": {"paired_ratio": {"median": generate, "p10": generate, "p90": generate}}}
+
+    summary = {"vanilla": measured(1.0, 1.0), "Found in the Middle": measured(11.5, 10.8)}
+    (tmp_path / "latency.json").write_text(json.dumps({"prompt_tokens": [1500], "new_tokens": 16, "summary": summary}))
+    assert leaderboard.read_latency(tmp_path / "latency.json") == {"vanilla": 1.0, "Found in the Middle": 10.8}
+
+
 def test_the_committed_page_is_what_the_command_writes_now(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["--out", str(tmp_path / "leaderboard.md")]) == 0
