@@ -152,13 +152,14 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
     board = _board([source], needs={"poshidden": "setting=p.json"}, refused={"string": "it refuses tiny models"},
                    searches={"lpes_both": ("search both", "both/scales.json")})
     page = render([board], _latency(tmp_path), tmp_path)
-    assert "- **Found in the Middle** (`fitm_hf`): not scored on this table." in page
+    assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: K + 1: the K dummy "
+            "copies (10 by default) as rows of one batch." in page)
     assert 'score "Found in the Middle=fitm_hf" into fitm' in page
     assert "tune Positional hidden-state scaling=poshidden_hf:setting=p.json -> poshidden" in page
     assert "- **STRING** (`string_hf`): not scored on this table. it refuses tiny models." in page
     assert "search both" in page and "curve lpes_both=both/scales.json" in page
     assert "- **LPES base** (`lpes_hf` scaling=base): not scored on this table. No curve of this scaling" in page
-    assert "- **MoICE** (`moice_hf`): not scored on this table." in page
+    assert "- **MoICE** (`moice_hf`): not scored on this table. Forwards per token: 1, with E attention" in page
     # a baseline with a row, but not both kinds: the fixture's Ms-PoE ran its defaults only, its Buckets only tuned
     assert "- **Ms-PoE** (`mspoe_hf`): no tuned row on this table" in page
     assert "- **Buckets** (`buckets_hf`): no row at the authors' defaults on this table." in page

@@ -169,6 +169,8 @@ def missing_lines(board: Board, rows: Sequence[Row]) -> list[str]:
         name = f"**{method.label}** (`{method.lm_eval}`{' ' + method.model_args if method.model_args else ''})"
         if not mine:
             gap = "not scored on this table."
+            if method.forwards != "1":  # what a row of it costs beside one of the plain model
+                gap += f" Forwards per token: {method.forwards}."
         elif method.module == ROPE:
             continue
         elif not any(row.sets_parameters for row in mine) and method.grid is not None:
@@ -244,10 +246,16 @@ def latency_where(path: Path) -> str:
     """What the committed latency run measured, from its own record."""
     data = json.loads(path.read_text(encoding="utf-8"))
     tokens = data.get("prompt_tokens") or []
-    span = f"{min(tokens):,}-{max(tokens):,}" if tokens else "?"
-    return (f"{LATENCY_WHERE}: {len(tokens)} MDQA-shaped prompts of {span} tokens, {data.get('new_tokens', '?')} new "
-            f"tokens each, {data.get('threads', '?')} threads, median of {data.get('repeats', '?')} repeats; each "
-            f"method at its defaults (LPES: `{data.get('lpes_scales', '?')}`)")
+    span = (f"{len(tokens)} MDQA-shaped prompt{'s' if len(tokens) != 1 else ''} of "
+            + (f"{min(tokens):,}-{max(tokens):,}" if len(set(tokens)) > 1 else f"{tokens[0]:,}" if tokens else "?"))
+    settings = [f"LPES: `{data.get('lpes_scales', '?')}`"]
+    if data.get("poshidden_setting"):
+        settings.append(f"positional hidden-state scaling: `{data['poshidden_setting']}`")
+    if data.get("string_offset"):
+        settings.append(f"STRING: `shifted_offset={data['string_offset']}`")
+    return (f"{LATENCY_WHERE}: {span} tokens, {data.get('new_tokens', '?')} new tokens each, "
+            f"{data.get('threads', '?')} threads, median of {data.get('repeats', '?')} repeats; each method at its "
+            f"defaults ({'; '.join(settings)})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-LATENCY = "results/baselines_smollm2/latency.json"
-LATENCY_WHERE = "SmolLM2-135M-Instruct on the 2-core CPU of results/baselines_smollm2/README.md, an earlier latency.py"
+LATENCY = "results/leaderboard_smollm2/latency.json"
+LATENCY_WHERE = ("SmolLM2-135M-Instruct on a 2-core AMD EPYC CPU with avx512_bf16 and no AMX, nothing else running "
+                 "([its README](../results/leaderboard_smollm2/README.md))")
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,13 @@ _GEMMA_REPORT = ("lpes-report vanilla=results/gemma3_multi_needle_heldout200/res
 BOARDS = (
     Board(
         model="SmolLM2-135M-Instruct (the bundled model)",
-        sources=("results/smollm2_multi_needle_tuned_baselines/heldout.json",),
+        sources=("results/smollm2_multi_needle_tuned_baselines/heldout.json",
+                 "results/leaderboard_smollm2/poshidden/heldout.json", "results/leaderboard_smollm2/string/heldout.json",
+                 "results/leaderboard_smollm2/lpes_both/heldout.json"),
         about="`multi_needle` held-out split at its defaults (60 sentences, 8 needles), chat template, bfloat16, "
               "2-core CPU: the reference table's samples, every row through `python -m lpes_harness.analysis.paired` "
-              "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command).",
+              "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command; the rivals' "
+              "and the robust curve's rows: [results/leaderboard_smollm2](../results/leaderboard_smollm2/README.md)).",
         tune="python -m lpes_harness.search.tune_baselines --baseline \"{label}={model}{colon_args}\" --dtype bfloat16 \\\n"
              "    --output results/tune/{name}",
         score="python -m lpes_harness.analysis.paired --scales reference=results/smollm2_multi_needle_reference/scales.json "
@@ -64,7 +68,6 @@ BOARDS = (
         score_curve="python -m lpes_harness.analysis.paired --scales {name}={scales} \\\n    " + _SMOLLM2_SAMPLES,
         searches={"lpes_base": ("lpes-search --profile cpu-bf16 --scaling base --output results/smollm2_base_search",
                                 "results/smollm2_base_search/scales.json"),
-                  # the robust default search's curve, committed, searched and judged on other samples so far
                   "lpes_both": ("", "results/robust_smollm2_seed1/scales.json")},
         needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json",
                "moice": "gates=results/moice/smollm2.gates.pt"},
