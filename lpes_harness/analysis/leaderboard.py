@@ -255,7 +255,7 @@ def latency_where(path: Path) -> str:
         settings.append(f"STRING: `shifted_offset={data['string_offset']}`")
     return (f"{LATENCY_WHERE}: {span} tokens, {data.get('new_tokens', '?')} new tokens each, "
             f"{data.get('threads', '?')} threads, median of {data.get('repeats', '?')} repeats; each method at its "
-            f"defaults ({'; '.join(settings)})")
+            f"defaults but for these settings: {'; '.join(settings)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
