@@ -44,11 +44,24 @@ def halves(flat, scaling: str) -> list[list[float]]:
     return list(split_both(flat)) if scaling == "both" else [[float(v) for v in flat]]
 
 
-def uniform_factor(flat, scaling: str, held_layers=()):
-    """The one factor every layer outside ``held_layers`` has (a ``(position, base)`` pair for ``both``),
-    or None for a per-layer curve: a "curve" that is one factor everywhere is PI, not LPES."""
-    held, values = set(held_layers), []
-    for curve in halves(flat, scaling):
+def held_per_half(scaling: str, held_layers=(), position_held_layers=()) -> list[set[int]]:
+    """The layers each half keeps at 1: ``held_layers`` in every half, and under ``both`` also
+    ``position_held_layers`` in the position half (``--position-layer-type``: Gemma-3's sliding-window
+    layers break under any position factor, while a base factor helps them)."""
+    held = set(held_layers)
+    if scaling != "both":
+        if position_held_layers:
+            raise ValueError("layers held in the position half alone need scaling both (two halves)")
+        return [held]
+    return [held | set(position_held_layers), held]
+
+
+def uniform_factor(flat, scaling: str, held_layers=(), position_held_layers=()):
+    """The one factor every layer outside ``held_layers`` has (a ``(position, base)`` pair for ``both``,
+    each half outside its own held layers: :func:`held_per_half`), or None for a per-layer curve: a
+    "curve" that is one factor everywhere is PI, not LPES."""
+    values = []
+    for curve, held in zip(halves(flat, scaling), held_per_half(scaling, held_layers, position_held_layers)):
         moved = {round(float(s), 9) for layer, s in enumerate(curve) if layer not in held}
         if len(moved) != 1:
             return None

@@ -65,7 +65,7 @@ BOARDS = (
         score="python -m lpes_harness.analysis.paired --scales reference=results/smollm2_multi_needle_reference/scales.json "
               "--no-pi \\\n    --baseline \"{label}={model}{colon_args}\" --baseline \"$(cat results/tune/{name}/best.txt)\" \\\n    "
               + _SMOLLM2_SAMPLES,
-        score_curve="python -m lpes_harness.analysis.paired --scales {name}={scales} \\\n    " + _SMOLLM2_SAMPLES,
+        score_curve="python -m lpes_harness.analysis.paired --scales {name}={scales} --no-pi \\\n    " + _SMOLLM2_SAMPLES,
         searches={"lpes_base": ("lpes-search --profile cpu-bf16 --scaling base --output results/smollm2_base_search",
                                 "results/smollm2_base_search/scales.json"),
                   "lpes_both": ("", "results/robust_smollm2_seed1/scales.json")},

@@ -22,11 +22,11 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
-from lpes_harness.scaling import canonical, factors_per_layer, halves, identity, promote, uniform_factor
+from lpes_harness.scaling import canonical, factors_per_layer, halves, held_per_half, identity, promote, uniform_factor
 
 
 def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: Sequence[int] = (),
-                 scaling: str = "position") -> dict[str, list[float]]:
+                 scaling: str = "position", position_held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
     """The comparison of a searched curve: vanilla (first: the baseline), PI (its mean, uniform),
     the curve itself, and any extra uniform scales.
 
@@ -36,18 +36,21 @@ def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: S
 
     ``scaling="both"``: ``scales`` is the flat 2L list (positions, then bases); PI puts each half's
     mean on its half, and each ``uniform`` entry is a ``(position, base)`` pair.
+    ``position_held_layers`` (``both`` only, ``--position-layer-type``) stay at 1 in the position half
+    alone: PI and uniform rows move each half's own layers.
     """
     curves = halves(scales, scaling)
     n = len(curves[0])
-    held = set(held_layers)
-    moved = [layer for layer in range(n) if layer not in held]
-    if not moved:
-        raise ValueError(f"every layer is held at 1 (held layers {sorted(held)}): nothing is left to scale")
+    held = held_per_half(scaling, held_layers, position_held_layers)
+    moved = [[layer for layer in range(n) if layer not in half_held] for half_held in held]
+    if not all(moved):
+        raise ValueError(f"every layer is held at 1 (held layers {sorted(set().union(*held))}): nothing is left to scale")
 
     def uniform_row(values: Sequence[float]) -> list[float]:
-        return [1.0 if layer in held else float(value) for value in values for layer in range(n)]
+        return [1.0 if layer in half_held else float(value)
+                for value, half_held in zip(values, held) for layer in range(n)]
 
-    pi = [sum(curve[layer] for layer in moved) / len(moved) for curve in curves]
+    pi = [sum(curve[layer] for layer in half_moved) / len(half_moved) for curve, half_moved in zip(curves, moved)]
     methods = {"vanilla": identity(scaling, n), "PI": uniform_row(pi), "LPES": [float(s) for s in scales]}
     methods.update({uniform_name(value, scaling): uniform_row(uniform_values(value, scaling)) for value in uniform})
     return methods
@@ -84,11 +87,12 @@ def parse_uniform(text: str, scaling: str = "position") -> list:
 
 def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | Sequence[str] = True,
                          uniform: Sequence = (), held_layers: Sequence[int] = (),
-                         scaling: str = "position") -> dict[str, list[float]]:
+                         scaling: str = "position", position_held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
     """Vanilla, then each named curve as ``LPES <name>`` (and its ``PI <name>``): several searches on one sample set.
 
     ``with_pi``: every curve gets its PI row (True), none (False), or only the named curves.
-    ``held_layers``: as in :func:`lpes_methods`, for every PI and uniform row; ``scaling`` too.
+    ``held_layers``: as in :func:`lpes_methods`, for every PI and uniform row; ``scaling`` and
+    ``position_held_layers`` too.
     """
     pi_for = set(curves) if with_pi is True else set(with_pi or ())
     if pi_for - set(curves):
@@ -97,14 +101,16 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     if any(len(c) != size for c in curves.values()):
         raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
     n = size // factors_per_layer(scaling)
-    if any(not 0 <= layer < n for layer in held_layers):
-        raise ValueError(f"held layers {sorted(held_layers)} are not all among the curves' {n} layers")
-    flat = {name: uniform_factor(scales, scaling, held_layers) for name, scales in curves.items()}
+    if any(not 0 <= layer < n for layer in (*held_layers, *position_held_layers)):
+        raise ValueError(f"held layers {sorted({*held_layers, *position_held_layers})} are not all among the "
+                         f"curves' {n} layers")
+    held = {"held_layers": held_layers, "scaling": scaling, "position_held_layers": position_held_layers}
+    flat = {name: uniform_factor(scales, scaling, held_layers, position_held_layers) for name, scales in curves.items()}
     if len(curves) == 1 and pi_for and flat[next(iter(curves))] is None:
-        return lpes_methods(next(iter(curves.values())), uniform, held_layers, scaling)
+        return lpes_methods(next(iter(curves.values())), uniform, **held)
     methods = {"vanilla": identity(scaling, n)}
     for name, scales in curves.items():
-        single = lpes_methods(scales, held_layers=held_layers, scaling=scaling)
+        single = lpes_methods(scales, **held)
         suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
         if flat[name] is not None:  # a search whose best was a uniform factor: that is PI, not LPES
             methods[f"{uniform_name(flat[name], scaling)} (PI){suffix}"] = list(scales)
@@ -112,7 +118,7 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
         if name in pi_for:
             methods[f"PI{suffix}"] = single["PI"]
         methods[f"LPES{suffix}"] = list(scales)
-    methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, held_layers, scaling).items()
+    methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, **held).items()
                     if name.startswith("uniform ")})
     return methods
 
@@ -279,6 +285,10 @@ def main(argv=None) -> None:
                         help="PI and --uniform rows scale only the layers of this attention type (the model config's "
                              "layer_types, e.g. full_attention for Gemma-3's global layers) and keep the others at 1, "
                              "as a search with the same --layer-type did; PI is the curve's mean over those layers")
+    parser.add_argument("--position-layer-type", default=None, metavar="TYPE",
+                        help="curves of scaling both: PI and --uniform rows put the position factor only on the "
+                             "layers of this attention type (the base factor on every layer --layer-type moves), "
+                             "as a search with the same --position-layer-type did")
     parser.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
     parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
@@ -323,7 +333,9 @@ def main(argv=None) -> None:
         uniform = parse_uniform(args.uniform, scaling)
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         held = held_layers_of(args.pretrained, args.layer_type)
-        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held, scaling=scaling)
+        position_held = held_layers_of(args.pretrained, args.position_layer_type)
+        methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held, scaling=scaling,
+                                       position_held_layers=position_held)
         baselines = dict(parse_baseline(text) for text in args.baseline)
         if len(baselines) != len(args.baseline) or set(baselines) & set(methods):
             raise ValueError("two rows have the same name; name each --baseline NAME=MODEL[:ARGS]")
@@ -368,6 +380,8 @@ def main(argv=None) -> None:
         scored["scaling"] = scaling
     if args.layer_type:
         scored["layer_type"] = args.layer_type  # what the PI and uniform rows moved
+    if args.position_layer_type:
+        scored["position_layer_type"] = args.position_layer_type
     table = paired_table(scored)
     files = write_comparison(table, scored, args.output)
     print(format_plain(table))

@@ -45,7 +45,8 @@ def paired_table(scored: Mapping, baseline: str | None = None, alpha: float = AL
     return {"baseline": baseline, "positions": percents, "alpha": alpha, "rows": rows,
             "versus_pi": _versus_own_pi(pooled),
             "versus_baselines": _versus_baselines(pooled, scored.get("methods") or {}),
-            **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template", "layer_type") if k in scored}}
+            **{k: scored[k] for k in ("task", "split", "num_samples", "mode", "chat_template", "layer_type",
+                                      "position_layer_type") if k in scored}}
 
 
 def _paired(method: list, baseline: list) -> dict:
@@ -110,6 +111,8 @@ def format_table(table: Mapping) -> str:
         f"{table['baseline']}, samples gained/lost, exact McNemar p; bold: p < {table['alpha']}."
         + (f" PI and uniform rows scale only the {table['layer_type']} layers; the others stay at 1."
            if table.get("layer_type") else "")
+        + (f" Their position factors move only the {table['position_layer_type']} layers."
+           if table.get("position_layer_type") else "")
     )
     lines.extend(f"\n{line}" for line in _pooled_lines(table))
     return "\n".join(lines)

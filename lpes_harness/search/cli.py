@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "full_attention = Gemma-3's global layers); the others keep plain RoPE (scale 1). "
                             "The sweep's, PI's and the held-out uniform rows move the same layers. Default: all "
                             "layers (gemma3-cpu: full_attention)")
+    genes.add_argument("--position-layer-type", default=None, metavar="TYPE",
+                       help="--scaling both: the position curve moves only the layers of this attention type, the "
+                            "base curve every layer --layer-type allows (Gemma-3: position factors break its "
+                            "sliding-window layers, base factors help them). Default: both curves on the same layers")
     genes.add_argument("--scaling", default="position", choices=["position", "base", "both"],
                        help="what a layer's factor s_h multiplies: position (the paper's: layer h reads position i "
                             "as i / s_h), base (layer h's RoPE base becomes s_h x theta, at the true positions; "
@@ -385,6 +389,9 @@ def _check_robust_settings(args) -> None:
                              f"{args.base_y_step}: need 0 < min <= max and a step > 0")
         if args.my_base is not None and args.my_base < 0:
             raise ValueError(f"--my-base {args.my_base}: must be >= 0")
+    elif getattr(args, "position_layer_type", None):
+        raise ValueError(f"--position-layer-type {args.position_layer_type}: it holds the position curve of "
+                         f"--scaling both on the other layers; with --scaling {args.scaling} use --layer-type")
     if args.validation_samples < 0 or args.select_top < 1:
         raise ValueError(f"--validation-samples {args.validation_samples} / --select-top {args.select_top}: "
                          "need >= 0 and >= 1")

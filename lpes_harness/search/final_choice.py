@@ -129,7 +129,7 @@ def candidates(history: Sequence[dict], uniforms: Sequence[dict], spec, scaling:
     by_scales = {tuple(round(float(s), decimals) for s in p["scales"]): p for p in uniforms}
     for record in top_individuals(history, top, decimals):
         key = tuple(round(float(s), decimals) for s in record["scales"])
-        if uniform_factor(record["scales"], scaling, spec.held_layers) is not None:
+        if uniform_factor(record["scales"], scaling, spec.held_layers, spec.position_held_layers) is not None:
             point = by_scales.get(key)
             label = point["label"] if point else _uniform_label_of(record["scales"], spec, scaling)
             add(Candidate(label, list(record["scales"]), "uniform", record["fitness"], record.get("genome")))
@@ -142,10 +142,10 @@ def candidates(history: Sequence[dict], uniforms: Sequence[dict], spec, scaling:
 
 
 def _uniform_label_of(scales: Sequence[float], spec, scaling: str) -> str:
-    moved = [i for i in range(spec.num_layers) if i not in spec.held_layers]
+    moved = [[i for i in range(spec.num_layers) if i not in half.held_layers] for half in spec.halves()]
     if scaling != "both":
-        return uniform_label(scaling, scales[moved[0]], scaling)
-    position, base = scales[moved[0]], scales[spec.num_layers + moved[0]]
+        return uniform_label(scaling, scales[moved[0][0]], scaling)
+    position, base = scales[moved[0][0]], scales[spec.num_layers + moved[1][0]]
     if base == 1.0:
         return uniform_label("position", position, scaling)
     if position == 1.0:
@@ -272,7 +272,7 @@ def heldout_methods(args, spec, chosen: Candidate, sweep: dict | None, uniform: 
 
     rows = {"vanilla": identity(args.scaling, spec.num_layers)}
     if "pi" in args.heldout_extra and not chosen.is_uniform:
-        rows["PI"] = lpes_methods(chosen.scales, (), spec.held_layers, args.scaling)["PI"]
+        rows["PI"] = lpes_methods(chosen.scales, (), spec.held_layers, args.scaling, spec.position_held_layers)["PI"]
     rows[row_name(chosen.label, chosen.kind)] = list(chosen.scales)
     if uniform is not None:
         extra = (f"{uniform['label']} (uniform.json)", uniform["scales"])

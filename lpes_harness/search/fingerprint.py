@@ -72,6 +72,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
     search = {key: _plain(values[key]) for key in SEARCH_KEYS if key in values}
     if values.get("layer_type"):  # absent means all layers: older checkpoints still resume
         search["layer_type"] = values["layer_type"]
+    if values.get("position_layer_type"):  # likewise
+        search["position_layer_type"] = values["position_layer_type"]
     if values.get("scaling", "position") != "position":  # absent means position: likewise
         search["scaling"] = values["scaling"]
     if values.get("scaling") == "both":  # the base curve's grid and steps (both runs only)
@@ -121,6 +123,8 @@ def state_mismatches(saved_state: Mapping[str, Any], spec: Mapping[str, Any], co
     # States from before the mutation option used the joint draw.
     saved_config = {"mutation": "joint", **current_names(saved_state["config"])}
     saved_spec = {"held_layers": [], **saved_state["spec"]}  # before --layer-type every layer moved
+    if saved_spec.get("base_y_min") is not None:  # scaling both, from before --position-layer-type
+        saved_spec.setdefault("position_held_layers", [])
     return mismatches({"format": FORMAT, "spec": saved_spec, "config": saved_config},
                       {"format": FORMAT, "spec": dict(spec), "config": dict(config)})
 

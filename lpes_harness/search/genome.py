@@ -69,6 +69,9 @@ class GenomeSpec:
     base_y_max: float | None = None
     base_y_step: float | None = None
     base_initial_y: float | None = None
+    # Scaling "both": layers whose position factor stays 1 while their base factor moves
+    # (--position-layer-type), on top of held_layers, which hold both halves.
+    position_held_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 2:
@@ -99,6 +102,17 @@ class GenomeSpec:
         if len(set(held)) == self.num_layers:
             raise ValueError("held_layers holds every layer at 1: the search would have nothing to move")
         object.__setattr__(self, "held_layers", tuple(sorted(set(held))))
+        position_held = tuple(self.position_held_layers)
+        if position_held and not self.both:
+            raise ValueError("position_held_layers hold the position curve of scaling both at 1 on some layers; "
+                             "a one-curve search has held_layers (--layer-type) for that")
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in position_held):
+            raise ValueError(f"position_held_layers must be layer indices in [0, {self.num_layers - 1}], "
+                             f"got {list(position_held)}")
+        if len(set(held) | set(position_held)) == self.num_layers:
+            raise ValueError("held_layers and position_held_layers hold every layer's position factor at 1: "
+                             "the position curve would have nothing to move")
+        object.__setattr__(self, "position_held_layers", tuple(sorted(set(position_held))))
         if self.brute_force:
             if self.x_step != 1:
                 raise ValueError(f"brute-force mode has one gene per layer, so x_step must be 1, got {self.x_step}")
@@ -127,8 +141,9 @@ class GenomeSpec:
         each with its own y range and start, everything else shared."""
         if not self.both:
             return (self,)
-        position = replace(self, base_y_min=None, base_y_max=None, base_y_step=None, base_initial_y=None)
-        base = replace(position, y_min=self.base_y_min, y_max=self.base_y_max, y_step=self.base_y_step,
+        one_curve = dict(base_y_min=None, base_y_max=None, base_y_step=None, base_initial_y=None, position_held_layers=())
+        position = replace(self, **one_curve, held_layers=tuple(set(self.held_layers) | set(self.position_held_layers)))
+        base = replace(self, **one_curve, y_min=self.base_y_min, y_max=self.base_y_max, y_step=self.base_y_step,
                        initial_y=self.base_initial_y)
         return position, base
 
@@ -230,19 +245,21 @@ class GenomeSpec:
 
     def uniform_pair(self, position: float = 1.0, base: float = 1.0) -> list[float]:
         """Scaling both: ``position`` on every moved layer's position factor and ``base`` on its base
-        factor (held layers at 1 in both halves); the flat 2L list. ``uniform_pair(s)``: position
+        factor (held layers at 1 in both halves, position-held layers in the position half); the flat 2L list. ``uniform_pair(s)``: position
         factor s with base 1, ``uniform_pair(base=b)``: base factor b at the true positions."""
         if not self.both:
             raise ValueError("uniform_pair is for a spec of scaling both; use uniform(value)")
-        moved = [layer not in self.held_layers for layer in range(self.num_layers)]
-        return [float(value) if m else 1.0 for value in (position, base) for m in moved]
+        return [float(value) if layer not in half.held_layers else 1.0
+                for value, half in zip((position, base), self.halves()) for layer in range(self.num_layers)]
 
     def to_dict(self) -> dict:
         """As JSON gives it back; a one-curve spec's has no ``base_*`` keys (the dict it always had)."""
         fields = asdict(self)
         if not self.both:
-            for name in ("base_y_min", "base_y_max", "base_y_step", "base_initial_y"):
+            for name in ("base_y_min", "base_y_max", "base_y_step", "base_initial_y", "position_held_layers"):
                 del fields[name]
+        else:
+            fields["position_held_layers"] = list(self.position_held_layers)
         return {**fields, "held_layers": list(self.held_layers)}
 
 

@@ -72,6 +72,8 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
                                           cache=cache(folder, condition, args), progress=progress)
         if args.layer_type:
             scored["layer_type"] = args.layer_type  # the table's notes say which layers PI moved
+        if getattr(args, "position_layer_type", None):
+            scored["position_layer_type"] = args.position_layer_type
         table = paired_table(scored)
         files[condition.name] = write_comparison(table, scored, folder)
         print(format_plain(table))

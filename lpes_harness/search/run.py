@@ -245,6 +245,7 @@ def _genome_spec(args, n_layers: int, lm):
             num_layers=n_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
             y_step=args.y_step, curve=args.curve, brute_force=args.brute_force, initial_y=args.initial_y,
             held_layers=_held_layers(lm, args.layer_type), **both,
+            position_held_layers=_held_layers(lm, getattr(args, "position_layer_type", None), "--position-layer-type"),
         )
     except ValueError as err:
         fail(str(err))
@@ -283,8 +284,9 @@ def _apply_budget(args, fitness, per_sample: float, spent: float, several: bool,
     print(chosen.describe(positions), flush=True)
 
 
-def _held_layers(lm, layer_type: str | None) -> tuple[int, ...]:
-    """The layers ``--layer-type`` keeps at 1: those of every other attention type."""
+def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:
+    """The layers ``--layer-type`` (or ``--position-layer-type``, in the position curve) keeps at 1:
+    those of every other attention type."""
     if not layer_type:
         return ()
     from lpes_harness.analysis.layer_types import layers_not_of
@@ -296,8 +298,8 @@ def _held_layers(lm, layer_type: str | None) -> tuple[int, ...]:
     except ValueError as err:
         raise SystemExit(f"lpes-search: error: {err}") from None
     moved = [str(i) for i, kind in enumerate(types) if kind == layer_type]
-    print(f"--layer-type {layer_type}: the search moves layers {', '.join(moved)}; the other "
-          f"{len(held)} stay at 1", flush=True)
+    what = "the position curve moves" if flag == "--position-layer-type" else "the search moves"
+    print(f"{flag} {layer_type}: {what} layers {', '.join(moved)}; the other {len(held)} stay at 1", flush=True)
     return held
 
 
