@@ -98,3 +98,16 @@ def test_without_scaling_both_it_is_one_line_before_anything_is_written(gemma_ch
     assert done.returncode == 2
     assert "--position-layer-type full_attention: it holds the position curve of --scaling both" in done.stderr
     assert "Traceback" not in done.stderr and not output.exists()
+
+
+def test_a_type_the_model_lacks_names_the_flag_that_asked(gemma_checkpoint, tmp_path):  # noqa: F811
+    from lpes_harness.analysis.paired import held_layers_of
+
+    output = tmp_path / "bad_type"
+    done = run([sys.executable, GA, *ga_args(gemma_checkpoint, output), "--scaling", "both",
+                "--position-layer-type", "global"])
+    assert done.returncode != 0
+    assert "--position-layer-type 'global': this model's layers are of type(s) sliding_attention, full_attention" in done.stderr
+    assert "Traceback" not in done.stderr and not output.exists()
+    with pytest.raises(ValueError, match="--position-layer-type 'global': this model's layers"):
+        held_layers_of(gemma_checkpoint, "global", "--position-layer-type")

@@ -41,10 +41,11 @@ def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> l
     return config_layer_types(config)
 
 
-def layers_not_of(layer_types: list[str], kind: str) -> tuple[int, ...]:
-    """The layers a search on ``kind`` only holds at 1; a ``kind`` the model lacks is a ValueError naming its types."""
+def layers_not_of(layer_types: list[str], kind: str, flag: str = "--layer-type") -> tuple[int, ...]:
+    """The layers a search on ``kind`` only holds at 1; a ``kind`` the model lacks is a ValueError naming
+    its types and the ``flag`` that asked for it."""
     if kind not in layer_types:
-        raise ValueError(f"--layer-type {kind!r}: this model's layers are of type(s) "
+        raise ValueError(f"{flag} {kind!r}: this model's layers are of type(s) "
                          f"{', '.join(dict.fromkeys(layer_types))}")
     return tuple(i for i, t in enumerate(layer_types) if t != kind)
 

@@ -333,7 +333,7 @@ def main(argv=None) -> None:
         uniform = parse_uniform(args.uniform, scaling)
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
         held = held_layers_of(args.pretrained, args.layer_type)
-        position_held = held_layers_of(args.pretrained, args.position_layer_type)
+        position_held = held_layers_of(args.pretrained, args.position_layer_type, "--position-layer-type")
         methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held, scaling=scaling,
                                        position_held_layers=position_held)
         baselines = dict(parse_baseline(text) for text in args.baseline)
@@ -388,14 +388,14 @@ def main(argv=None) -> None:
     print(f"written: {files['md']}, {files['json']}, {files['png']}")
 
 
-def held_layers_of(pretrained: str | None, layer_type: str | None) -> tuple[int, ...]:
-    """The layers ``--layer-type`` keeps at 1 in the PI and uniform rows, from the model's config
-    (no weights); none without it. A type the model lacks is a ValueError naming its types."""
+def held_layers_of(pretrained: str | None, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:
+    """The layers ``--layer-type`` (or ``flag``) keeps at 1 in the PI and uniform rows, from the model's
+    config (no weights); none without it. A type the model lacks is a ValueError naming its types."""
     if not layer_type:
         return ()
     from lpes_harness.analysis.layer_types import layers_not_of, model_layer_types
 
-    return layers_not_of(model_layer_types(pretrained), layer_type)
+    return layers_not_of(model_layer_types(pretrained), layer_type, flag)
 
 
 def run_dtype(requested: str | None, recorded) -> str:

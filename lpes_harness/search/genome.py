@@ -35,6 +35,7 @@ from typing import Sequence
 from deap import base, creator
 
 from lpes_harness.curves import CURVES, curve_scales
+from lpes_harness.scaling import held_per_half
 
 Genome = list[tuple[float, float]]
 _DECIMALS = 10
@@ -96,23 +97,18 @@ class GenomeSpec:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if self.curve not in CURVES:
             raise ValueError(f"unknown curve {self.curve!r}; accepted: {', '.join(sorted(CURVES))}")
-        held = tuple(self.held_layers)
-        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in held):
-            raise ValueError(f"held_layers must be layer indices in [0, {self.num_layers - 1}], got {list(held)}")
-        if len(set(held)) == self.num_layers:
+        held = self._layer_indices("held_layers", self.held_layers)
+        if len(held) == self.num_layers:
             raise ValueError("held_layers holds every layer at 1: the search would have nothing to move")
-        object.__setattr__(self, "held_layers", tuple(sorted(set(held))))
-        position_held = tuple(self.position_held_layers)
+        object.__setattr__(self, "held_layers", held)
+        position_held = self._layer_indices("position_held_layers", self.position_held_layers)
         if position_held and not self.both:
             raise ValueError("position_held_layers hold the position curve of scaling both at 1 on some layers; "
                              "a one-curve search has held_layers (--layer-type) for that")
-        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in position_held):
-            raise ValueError(f"position_held_layers must be layer indices in [0, {self.num_layers - 1}], "
-                             f"got {list(position_held)}")
         if len(set(held) | set(position_held)) == self.num_layers:
             raise ValueError("held_layers and position_held_layers hold every layer's position factor at 1: "
                              "the position curve would have nothing to move")
-        object.__setattr__(self, "position_held_layers", tuple(sorted(set(position_held))))
+        object.__setattr__(self, "position_held_layers", position_held)
         if self.brute_force:
             if self.x_step != 1:
                 raise ValueError(f"brute-force mode has one gene per layer, so x_step must be 1, got {self.x_step}")
@@ -124,6 +120,13 @@ class GenomeSpec:
                 f"{self.num_points} control points with strictly increasing x do not fit on the x grid "
                 f"(step {self.x_step}) of a {self.num_layers}-layer model, which has {self.x_cells + 1} positions"
             )
+
+    def _layer_indices(self, name: str, layers) -> tuple[int, ...]:
+        """``layers`` as sorted distinct layer indices, or a ValueError naming ``name``."""
+        layers = tuple(layers)
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.num_layers for i in layers):
+            raise ValueError(f"{name} must be layer indices in [0, {self.num_layers - 1}], got {list(layers)}")
+        return tuple(sorted(set(layers)))
 
     # ------------------------------------------------------------------ the halves
     @property
@@ -141,10 +144,11 @@ class GenomeSpec:
         each with its own y range and start, everything else shared."""
         if not self.both:
             return (self,)
+        position_held, base_held = held_per_half("both", self.held_layers, self.position_held_layers)
         one_curve = dict(base_y_min=None, base_y_max=None, base_y_step=None, base_initial_y=None, position_held_layers=())
-        position = replace(self, **one_curve, held_layers=tuple(set(self.held_layers) | set(self.position_held_layers)))
-        base = replace(self, **one_curve, y_min=self.base_y_min, y_max=self.base_y_max, y_step=self.base_y_step,
-                       initial_y=self.base_initial_y)
+        position = replace(self, **one_curve, held_layers=tuple(position_held))
+        base = replace(self, **one_curve, held_layers=tuple(base_held), y_min=self.base_y_min, y_max=self.base_y_max,
+                       y_step=self.base_y_step, initial_y=self.base_initial_y)
         return position, base
 
     def split(self, genome: Sequence) -> list[list]:

@@ -294,7 +294,7 @@ def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tupl
 
     types = config_layer_types(lm.model.config)
     try:
-        held = layers_not_of(types, layer_type)
+        held = layers_not_of(types, layer_type, flag)
     except ValueError as err:
         raise SystemExit(f"lpes-search: error: {err}") from None
     moved = [str(i) for i, kind in enumerate(types) if kind == layer_type]
