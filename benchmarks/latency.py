@@ -38,8 +38,10 @@ from lpes_harness.files import atomic_write_json
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
-METHODS = ("vanilla", "LPES", "PI", "Ms-PoE", "Buckets", "MoICE", "Positional hidden-state scaling",
-           "Found in the Middle", "STRING")
+# Every method of the table of methods, each RoPE scaling once (the leaderboard looks a row up by
+# latency_label: its method's label, "PI base" / "PI both" for a uniform factor of those scalings).
+METHODS = ("vanilla", "LPES", "LPES base", "LPES both", "PI", "PI base", "PI both", "Ms-PoE", "Buckets", "MoICE",
+           "Positional hidden-state scaling", "Found in the Middle", "STRING")
 
 
 def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
@@ -62,13 +64,17 @@ def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
     return prompts
 
 
+def stand_in_curve(n_layers: int) -> list[float]:
+    """Latency does not depend on the values, only on scales != 1: a smooth curve from 1 to 1.8."""
+    return [1.0 + 0.8 * i / max(1, n_layers - 1) for i in range(n_layers)]
+
+
 def lpes_scales(path: str | None, n_layers: int) -> list[float]:
     if path:
         from lpes_harness.scales_file import read_scales_file
 
         return list(read_scales_file(path))
-    # Latency does not depend on the values, only on scales != 1: a smooth stand-in curve.
-    return [1.0 + 0.8 * i / max(1, n_layers - 1) for i in range(n_layers)]
+    return stand_in_curve(n_layers)
 
 
 def method_names(text: str) -> list[str]:
@@ -103,11 +109,20 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
     hidden = poshidden.resolve_arguments(setting=poshidden_setting, channels=None if poshidden_setting else "0")
     dummy_ids = tokenizer(fitm.DUMMY_TEXT, add_special_tokens=False)["input_ids"]
 
+    def lpes(factors, scaling="position"):
+        return lambda: rope.install(model, factors, scaling), lambda: rope.remove(model), plain_next_logits
+
     pi = [sum(scales) / len(scales)] * len(scales)
+    # Base and both scaling: the stand-in curve (a position scales file says nothing about a base curve).
+    base = stand_in_curve(len(scales))
     return {
         "vanilla": (none, none, plain_next_logits),
-        "LPES": (lambda: rope.install(model, scales), lambda: rope.remove(model), plain_next_logits),
-        "PI": (lambda: rope.install(model, pi), lambda: rope.remove(model), plain_next_logits),
+        "LPES": lpes(scales),
+        "LPES base": lpes(base, "base"),
+        "LPES both": lpes(base + base, "both"),
+        "PI": lpes(pi),
+        "PI base": lpes([1.8] * len(scales), "base"),
+        "PI both": lpes([1.8] * (2 * len(scales)), "both"),
         "Ms-PoE": (lambda: mspoe.install(model), lambda: mspoe.remove(model), plain_next_logits),
         "Buckets": (lambda: buckets.install(model), lambda: buckets.remove(model), bucket_next_logits),
         "MoICE": (lambda: moice.install(model, gates=gates), lambda: moice.remove(model), plain_next_logits),
@@ -195,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-docs", type=int, default=10)
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated subset of {', '.join(METHODS)} (or the table of methods' keys)")
-    parser.add_argument("--lpes-scales", default=None, help="a scales file (default: a stand-in curve)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the model's dtype (default float32: a GGUF's packed kernels compute in float32)")
+    parser.add_argument("--lpes-scales", default=None,
+                        help="a position scales file for LPES and PI (default: a stand-in curve; base and both "
+                             "scaling always time the stand-in curve)")
     parser.add_argument("--moice-gates", default=None, help="a MoICE gates file (default: untrained routers)")
     parser.add_argument("--poshidden-setting", default=None,
                         help="a poshidden_hf setting file (default: channel 0, factor 0, the middle band of layers)")
@@ -217,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     from lpes_harness import rope
     from lpes_harness.models import load_causal_lm
 
-    model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, attn_implementation="sdpa")
+    model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, dtype=args.dtype, attn_implementation="sdpa")
     prompts = mdqa_prompts(args.samples, args.num_docs)
     inputs = [tokenizer(p, return_tensors="pt")["input_ids"].to(model.device) for p in prompts]
     lengths = [int(x.shape[1]) for x in inputs]
@@ -226,16 +245,27 @@ def main(argv: list[str] | None = None) -> int:
     methods = make_methods(model, tokenizer, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates,
                            args.poshidden_setting, args.string_offset)
 
-    # times[method][workload][sample][repeat]
-    times = {m: {w: [[] for _ in inputs] for w in WORKLOADS} for m in chosen}
+    from lpes_harness.methods.arguments import MethodError
+    from lpes_harness.rope_anatomy import LPESError
+
+    refused = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # Warm-up (first-call allocations) on a short input, not timed.
+        # Warm-up (first-call allocations) on a short input, not timed. A method that refuses this
+        # model (MoICE on Gemma-3) is left out of the run with its reason, not timed as something else.
         for name in chosen:
             install, remove, next_logits = methods[name]
-            install()
+            try:
+                install()
+            except (MethodError, LPESError) as err:
+                refused[name] = str(err)
+                print(f"{name}: not timed, it refuses this model: {err}", file=sys.stderr)
+                continue
             time_generation(model, next_logits, inputs[0][:, :64], 2)
             remove()
+        chosen = [name for name in chosen if name not in refused]
+        # times[method][workload][sample][repeat]
+        times = {m: {w: [[] for _ in inputs] for w in WORKLOADS} for m in chosen}
         for repeat in range(args.repeats):
             order = chosen if repeat % 2 == 0 else chosen[::-1]  # neither always goes first
             for s, input_ids in enumerate(inputs):
@@ -271,10 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "threads": torch.get_num_threads(),
             "device": str(model.device),
+            "dtype": args.dtype,
+            "model": args.pretrained or "bundled SmolLM2",
             "moice_gates": args.moice_gates,
             "lpes_scales": args.lpes_scales,
             "poshidden_setting": args.poshidden_setting,
             "string_offset": args.string_offset,
+            "refused": refused,
             "summary": summary,
         }
         atomic_write_json(args.json, payload, indent=2)

@@ -30,13 +30,32 @@ def test_batched_fitness_refuses_a_bad_batch_size(capsys):
 
 def test_latency_times_every_method_of_the_table_by_its_label():
     """Each method the table runs with position scaling or none has a row, named as the leaderboard reads it."""
+    from lpes_harness.analysis.leaderboard import latency_label
     from lpes_harness.methods import METHODS
 
     latency = load("latency")
-    timed = {m.label for m in METHODS.values() if m.install_args.get("scaling", "position") == "position"}
+    timed = {m.label for m in METHODS.values()} | {latency_label("PI", scaling) for scaling in ("base", "both")}
     assert timed == set(latency.METHODS) - {"vanilla"}
+    assert {"LPES base", "LPES both", "PI base", "PI both"} <= timed
     assert latency.method_names("vanilla, poshidden,fitm,STRING") == [
         "vanilla", "Positional hidden-state scaling", "Found in the Middle", "STRING"]
+
+
+def test_a_method_that_refuses_the_model_is_left_out_with_its_reason(tmp_path):
+    """MoICE refuses Gemma-3: the run times the others and its --json names the refusal."""
+    import json
+
+    from tiny_models import tiny_gemma3, tiny_tokenizer
+
+    tiny_gemma3().save_pretrained(tmp_path / "gemma3")
+    tiny_tokenizer().save_pretrained(tmp_path / "gemma3")
+    out = tmp_path / "latency.json"
+    assert load("latency").main(["--pretrained", str(tmp_path / "gemma3"), "--samples", "1", "--num-docs", "1",
+                                 "--repeats", "10", "--new-tokens", "1", "--methods", "vanilla,LPES base,MoICE",
+                                 "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert set(written["summary"]) == {"vanilla", "LPES base"} and "gemma3" in written["refused"]["MoICE"]
+    assert written["dtype"] == "float32"
 
 
 def test_every_timed_method_runs_and_leaves_the_model_as_it_was():

@@ -78,16 +78,20 @@ def _kept_record(tmp_path: Path, folder: str, rows: dict) -> str:
     return folder
 
 
-def _latency(tmp_path: Path) -> str:
-    summary = {"vanilla": {"ratio": 1.0}, "LPES": {"ratio": 1.01}, "PI": {"ratio": 1.0}, "Buckets": {"ratio": 6.0}}
+def _latency(tmp_path: Path) -> Path:
+    """Writes the boards' latency file under ``tmp_path`` (the page's root) and returns that root."""
+    summary = {"vanilla": {"ratio": 1.0}, "LPES": {"ratio": 1.01}, "PI": {"ratio": 1.0}, "PI base": {"ratio": 1.02},
+               "Buckets": {"ratio": 6.0}}
     (tmp_path / "latency.json").write_text(json.dumps({"prompt_tokens": [100, 120], "new_tokens": 4, "threads": 1,
-                                                       "repeats": 2, "summary": summary}))
-    return "latency.json"
+                                                       "repeats": 2, "refused": {"MoICE": "not on tiny models"},
+                                                       "summary": summary}))
+    return tmp_path
 
 
 def _board(sources, **fields) -> Board:
     defaults = dict(model="Tiny", about="A fake table.", tune="tune {label}={model}{colon_args} -> {name}",
-                    score="score \"{label}={model}{colon_args}\" into {name}", score_curve="curve {name}={scales}")
+                    score="score \"{label}={model}{colon_args}\" into {name}", score_curve="curve {name}={scales}",
+                    latency="latency.json", latency_where="a test machine")
     return Board(sources=tuple(sources), **{**defaults, **fields})
 
 
@@ -105,7 +109,7 @@ def paired(tmp_path):
 
 def test_paired_numbers_are_the_stats_modules_to_vanilla_and_to_the_best_lpes_row(paired):
     tmp_path, source = paired
-    page = render([_board([source])], _latency(tmp_path), tmp_path)
+    page = render([_board([source])], _latency(tmp_path))
     line = _row_line(page, "Buckets tuned")
     to_vanilla = compare_paired(_pooled(BUCKETS), _pooled(VANILLA))
     to_best = compare_paired(_pooled(BUCKETS), _pooled(CURVE))
@@ -141,8 +145,8 @@ def test_kept_records_name_uniform_base_and_layer_type_rows_pi(tmp_path):
     assert rows["PI tuned"].entry.name == "pi"
     assert rows["PI tuned"].setting == "position factor 2.5 on 2 of 4 layers (the others at 1)"
     assert rows["Buckets authors"].setting == "authors' defaults"
-    page = render([_board([source])], _latency(tmp_path), tmp_path)
-    assert "not measured (base scaling)" in _row_line(page, "uniform base 2")  # latency.py ran position scaling
+    page = render([_board([source])], _latency(tmp_path))
+    assert "1.02x" in _row_line(page, "uniform base 2")  # PI at base scaling is timed as "PI base"
     to_vanilla = compare_paired(_pooled(PI_ROW), _pooled(VANILLA))
     assert _interval(to_vanilla) in _row_line(page, "uniform base 2")
 
@@ -151,7 +155,7 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
     tmp_path, source = paired
     board = _board([source], needs={"poshidden": "setting=p.json"}, refused={"string": "it refuses tiny models"},
                    searches={"lpes_both": ("search both", "both/scales.json")})
-    page = render([board], _latency(tmp_path), tmp_path)
+    page = render([board], _latency(tmp_path))
     assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: K + 1: the K dummy "
             "copies (10 by default) as rows of one batch." in page)
     assert 'score "Found in the Middle=fitm_hf" into fitm' in page
@@ -169,7 +173,7 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
 def test_the_page_says_where_lpes_is_not_first(tmp_path):
     source = _paired_record(tmp_path, {"vanilla": ([1.0] * 4, VANILLA), "LPES a": ([0.5, 0.7, 1.1, 1.2], PI_ROW),
                                        "Buckets": ("buckets_hf", _scores(0.95, 6))})
-    page = render([_board([source])], _latency(tmp_path), tmp_path)
+    page = render([_board([source])], _latency(tmp_path))
     behind = compare_paired(_pooled(PI_ROW), _pooled(_scores(0.95, 6)))
     assert "**First: Buckets** (Buckets)" in page and "**LPES is not first here**" in page
     assert f"its best row, LPES a (LPES), is at {_interval(behind)} points from it" in page
@@ -194,9 +198,18 @@ def test_records_that_do_not_pair_are_refused_by_name(tmp_path):
         read_table([foreign], tmp_path)
 
 
-def test_the_command_names_a_bad_latency_file(tmp_path, capsys):
-    assert main(["--latency", str(tmp_path / "none.json"), "--out", str(tmp_path / "page.md")]) == 2
-    assert "none.json' does not exist" in capsys.readouterr().err and not (tmp_path / "page.md").exists()
+def test_each_board_reads_its_own_latency_file_or_says_it_has_none(paired):
+    tmp_path, source = paired
+    _latency(tmp_path)
+    page = render([_board([source], model="Timed"), _board([source], model="Untimed", latency="")], tmp_path)
+    timed, untimed = page.split("## Timed")[1].split("## Untimed")
+    assert "Latency ([latency.json](../latency.json)): a test machine; 2 MDQA-shaped prompts of 100-120 tokens" in timed
+    assert "Not timed, as it refuses this model: MoICE." in timed
+    assert "1.01x" in _row_line(timed, "LPES a") and "6.00x at its defaults" in _row_line(timed, "Buckets tuned")
+    assert "no `benchmarks/latency.py` run on this model" in untimed
+    assert "| not measured |" in _row_line(untimed, "LPES a") and "| 1.00x |" not in untimed
+    with pytest.raises(LeaderboardError, match="latency file '.*none.json' does not exist"):
+        render([_board([source], latency="none.json")], tmp_path)
 
 
 def test_latency_is_read_from_what_latency_py_writes_now(tmp_path):

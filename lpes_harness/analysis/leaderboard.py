@@ -7,7 +7,7 @@ per-sample records of one held-out sample set (:mod:`.leaderboard_rows`) and ran
 accuracy, with its 95 % interval, its paired difference to vanilla and to the best LPES row on the same
 samples (:func:`~lpes_harness.analysis.stats.compare_paired`: exact McNemar, interval of the
 difference), the forwards a token costs (the table of methods) and the latency ratio to vanilla that
-``benchmarks/latency.py`` committed. A method of the table with no row on a board gets a line saying
+``benchmarks/latency.py`` committed for the board's model (``Board.latency``). A method of the table with no row on a board gets a line saying
 so, with the command that would score it. The page says where LPES is not first.
 """
 
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.analysis.leaderboard_boards import BOARDS, LATENCY, LATENCY_WHERE, Board, fill
+from lpes_harness.analysis.leaderboard_boards import BOARDS, Board, fill
 from lpes_harness.analysis.leaderboard_rows import ROPE, LeaderboardError, Row, is_lpes, read_table
 from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
 from lpes_harness.methods import METHODS
@@ -60,18 +60,22 @@ def read_latency(path: Path) -> dict[str, float]:
         summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
         return {label: ratio_of(measured) for label, measured in summary.items()}
     except FileNotFoundError:
-        raise LeaderboardError(f"--latency {str(path)!r} does not exist; give benchmarks/latency.py's --json file") from None
+        raise LeaderboardError(f"latency file {str(path)!r} does not exist; give benchmarks/latency.py's --json file") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise LeaderboardError(f"--latency {str(path)!r}: not a benchmarks/latency.py --json file "
+        raise LeaderboardError(f"latency file {str(path)!r}: not a benchmarks/latency.py --json file "
                                f"(a 'summary' of methods with a 'ratio' each)") from None
+
+
+def latency_label(label: str, scaling: str | None) -> str:
+    """The name ``benchmarks/latency.py`` times a row's method under: the method's label; PI (one uniform factor,
+    whatever it multiplies) as "PI base" / "PI both" at those scalings. LPES's scalings are methods of their own."""
+    return f"{label} {scaling}" if label == METHODS["pi"].label and scaling not in (None, "position") else label
 
 
 def latency_of(row: Row, ratios: Mapping[str, float]) -> str:
     """The measured ratio of the row's method: latency.py ran every method at its defaults (so a row with
-    other parameters, fewer Buckets bases, is marked) and LPES and PI with position scaling only."""
-    label = "vanilla" if row.entry is None else row.entry.label
-    if row.entry is not None and row.scaling not in (None, "position"):
-        return f"not measured ({row.scaling} scaling)"
+    other parameters, fewer Buckets bases, is marked)."""
+    label = "vanilla" if row.entry is None else latency_label(row.entry.label, row.scaling)
     if label not in ratios:
         return "not measured"
     return f"{ratios[label]:.2f}x" + (" at its defaults" if row.sets_parameters else "")
@@ -209,9 +213,8 @@ def _commands(board: Board, method) -> tuple[list[str], str]:
                       else "the committed curve of this scaling on these samples")
 
 
-def render(boards: Sequence[Board] = BOARDS, latency: str = LATENCY, root: Path = Path(".")) -> str:
+def render(boards: Sequence[Board] = BOARDS, root: Path = Path(".")) -> str:
     """The whole page, from the committed records under ``root``."""
-    ratios = read_latency(root / latency)
     lines = ["# One leaderboard: every method on the committed held-out tables", "",
              f"Written by `{COMMAND}` from committed per-sample records; nothing is scored again, and "
              "`tests/test_leaderboard.py` fails when this page is not what the command writes now. "
@@ -225,15 +228,17 @@ def render(boards: Sequence[Board] = BOARDS, latency: str = LATENCY, root: Path 
              "row** (the LPES row of any scaling with the best accuracy, its name in bold): the "
              "difference in points on the same samples, its 95 % interval, samples gained / lost, exact McNemar p "
              f"(`lpes_harness.analysis.stats.compare_paired`); bold: p < {ALPHA}.",
-             f"- **forwards per token**: the table of methods. **latency vs vanilla**: `benchmarks/latency.py`'s "
-             f"committed median ratio, [{latency}](../{latency}), {latency_where(root / latency)}; measured on no other "
-             f"model, and \"not measured\" where a method has none.", ""]
+             "- **forwards per token**: the table of methods. **latency vs vanilla**: `benchmarks/latency.py`'s "
+             "committed median ratio of cached generation (prefill and new tokens) on the board's model, on the "
+             "machine its board names, \"not measured\" where a method has none; a ratio depends on the machine, "
+             "so compare it within a board.", ""]
     for board in boards:
         table = read_table(board.sources, root)
+        ratios = read_latency(root / board.latency) if board.latency else {}
         total = table.per_position * len(table.positions)
         lines += [f"## {board.model}", "", f"{board.about} {table.per_position} samples at each of "
                   f"{len(table.positions)} gold positions ({', '.join(f'{p} %' for p in table.positions)}): "
-                  f"{total:,} paired samples.", "",
+                  f"{total:,} paired samples.", "", latency_where(board, root), "",
                   *board_lines(board, table.rows, ratios), ""]
         missing = missing_lines(board, table.rows)
         if missing:
@@ -242,34 +247,38 @@ def render(boards: Sequence[Board] = BOARDS, latency: str = LATENCY, root: Path 
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def latency_where(path: Path) -> str:
-    """What the committed latency run measured, from its own record."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+def latency_where(board: Board, root: Path) -> str:
+    """What the board's committed latency run measured, from its own record."""
+    if not board.latency:
+        return "Latency: no `benchmarks/latency.py` run on this model; every row's latency is \"not measured\"."
+    data = json.loads((root / board.latency).read_text(encoding="utf-8"))
     tokens = data.get("prompt_tokens") or []
     span = (f"{len(tokens)} MDQA-shaped prompt{'s' if len(tokens) != 1 else ''} of "
             + (f"{min(tokens):,}-{max(tokens):,}" if len(set(tokens)) > 1 else f"{tokens[0]:,}" if tokens else "?"))
-    settings = [f"LPES: `{data.get('lpes_scales', '?')}`"]
+    settings = [f"LPES and PI: `{data.get('lpes_scales') or 'a stand-in curve'}`"]
     if data.get("poshidden_setting"):
         settings.append(f"positional hidden-state scaling: `{data['poshidden_setting']}`")
     if data.get("string_offset"):
         settings.append(f"STRING: `shifted_offset={data['string_offset']}`")
-    return (f"{LATENCY_WHERE}: {span} tokens, {data.get('new_tokens', '?')} new tokens each, "
+    refused = ", ".join(sorted(data.get("refused") or {}))
+    return (f"Latency ([{board.latency}](../{board.latency})): {board.latency_where}; {span} tokens, "
+            f"{data.get('new_tokens', '?')} new tokens each, {data.get('dtype', 'float32')}, "
             f"{data.get('threads', '?')} threads, median of {data.get('repeats', '?')} repeats; each method at its "
-            f"defaults but for these settings: {'; '.join(settings)}")
+            f"defaults but for these settings: {'; '.join(settings)}"
+            + (f". Not timed, as it refuses this model: {refused}." if refused else "."))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lpes_harness.analysis.leaderboard", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="the page to write (default: print it)")
-    parser.add_argument("--latency", default=LATENCY, help=f"benchmarks/latency.py's --json file (default {LATENCY})")
     parser.add_argument("--root", default=".", help="the folder the records' paths are relative to (default: here)")
     args = parser.parse_args(argv)
     root = Path(args.root)
     if not root.is_dir():
         parser.error(f"--root {args.root!r} is not a folder")
     try:
-        page = render(latency=args.latency, root=root)
+        page = render(root=root)
     except ValueError as err:  # LeaderboardError, and a results file the report loader refuses
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-LATENCY = "results/leaderboard_smollm2/latency.json"
-LATENCY_WHERE = ("SmolLM2-135M-Instruct on a 2-core AMD EPYC CPU with avx512_bf16 and no AMX, nothing else running "
-                 "([its README](../results/leaderboard_smollm2/README.md))")
+_CPU = "a 2-core AMD EPYC CPU with avx512_bf16 and no AMX, nothing else running"
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,8 @@ class Board:
     needs: Mapping[str, str] = field(default_factory=dict)
     prepare: Mapping[str, str] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)
+    latency: str = ""
+    latency_where: str = ""
 
 
 _SMOLLM2_SAMPLES = ("--num-samples 200 --metadata '{\"seed\": 20261123}' --dtype bfloat16 \\\n"
@@ -71,6 +71,8 @@ BOARDS = (
                   "lpes_both": ("", "results/robust_smollm2_seed1/scales.json")},
         needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json",
                "moice": "gates=results/moice/smollm2.gates.pt"},
+        latency="results/leaderboard_smollm2/latency.json",
+        latency_where=f"SmolLM2-135M-Instruct on {_CPU} ([its README](../results/leaderboard_smollm2/README.md))",
     ),
     Board(
         model="Gemma-3-270M",
