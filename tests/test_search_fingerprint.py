@@ -2,6 +2,7 @@
 library versions; a change to any of them is one named mismatch, and only ``generations`` may grow."""
 
 import argparse
+import hashlib
 import json
 import os
 
@@ -65,21 +66,40 @@ def test_model_identity_changed_is_named(key, value):
     assert any(line.startswith(f"model.{key}: ") for line in lines), lines
 
 
-def test_a_model_file_rewritten_or_touched_is_a_mismatch(tmp_path):
+def test_a_model_file_with_other_content_is_a_mismatch_and_a_touched_or_copied_one_is_not(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "llama")
     settings = dict(SETTINGS, pretrained=checkpoint)
     saved = saved_and_loaded(fingerprint(settings))
     assert "model.safetensors" in saved["model"]["files"] and "config.json" in saved["model"]["files"]
     weights = tmp_path / "tiny" / "model.safetensors"
+    content = weights.read_bytes()
+    assert saved["model"]["files"]["model.safetensors"]["sha256"] == hashlib.sha256(content).hexdigest()
     stat = weights.stat()
-    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a copy on another machine: same bytes
+    assert mismatches(saved, fingerprint(settings)) == []
+    weights.write_bytes(content[:-1] + bytes([content[-1] ^ 1]))  # same size, one bit else
+    now = {key: fingerprint(settings)["model"]["files"]["model.safetensors"][key] for key in ("sha256", "size")}
     assert mismatches(saved, fingerprint(settings)) == [
-        f"model.files.model.safetensors: saved {json.dumps(saved['model']['files']['model.safetensors'], sort_keys=True)}, "
-        f"now {json.dumps(fingerprint(settings)['model']['files']['model.safetensors'], sort_keys=True)}"
+        f"model.files.model.safetensors: saved {json.dumps({k: saved['model']['files']['model.safetensors'][k] for k in ('sha256', 'size')}, sort_keys=True)}, "
+        f"now {json.dumps(now, sort_keys=True)}"
     ]
     with open(weights, "ab") as handle:
         handle.write(b"\0")
     assert any(line.startswith("model.files.model.safetensors:") for line in mismatches(saved, fingerprint(settings)))
+
+
+def test_a_fingerprint_from_before_the_hash_compares_size_and_modification_time(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "llama")
+    settings = dict(SETTINGS, pretrained=checkpoint)
+    saved = saved_and_loaded(fingerprint(settings))
+    for stat in saved["model"]["files"].values():
+        del stat["sha256"]
+    assert mismatches(saved, fingerprint(settings)) == []
+    weights = tmp_path / "tiny" / "model.safetensors"
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    (line,) = mismatches(saved, fingerprint(settings))
+    assert line.startswith("model.files.model.safetensors: saved {\"modified\": ")
 
 
 def test_another_library_version_is_a_mismatch(monkeypatch):

@@ -106,8 +106,10 @@ def tune_uniform_stage(output: Path, fitness, spec, scaling: str, sweep: dict | 
                       scores=(best.get("info") or {}).get("scores"), model=model, dtype=dtype,
                       tuning={"forwards": result["forwards"], "budget": budget,
                               "points": len(result["points"])})
+    # result["forwards"] counts the sweep's points it took as scored; result.json's "uniform" stage does not.
     print(f"best uniform factor: {best['label']} (fitness {best['fitness']:.4f}, {len(result['points'])} factors, "
-          f"{result['forwards']} forwards for the GA's {budget}) -> {output / UNIFORM_FILE}", flush=True)
+          f"{result['forwards']} forwards with the sweep's {sum(p['forwards'] for p in known)}, for the GA's {budget}) "
+          f"-> {output / UNIFORM_FILE}", flush=True)
     return result
 
 

@@ -13,9 +13,11 @@ Sections of the fingerprint (a JSON object):
     unless it is the default ``weighted``: what ``FitnessConfig`` holds.
 ``model``
     ``pretrained`` (as given), ``path`` and ``gguf_file`` (as resolved), ``revision``
-    (asked for, and the hub commit when known), ``files`` (size and modification time of the
-    GGUF file, or of each model file in a local directory: weights, config, tokenizer),
-    ``model_args`` and ``dtype`` (the loaded model's, else the one asked for).
+    (asked for, and the hub commit when known), ``files`` (size, modification time and sha256 of
+    the GGUF file, or of each model file in a local directory: weights, config, tokenizer),
+    ``model_args`` and ``dtype`` (the loaded model's, else the one asked for). A file is compared
+    by size and content (sha256), so a run moved to another machine with the same model resumes;
+    a fingerprint from before the hash compares size and modification time.
 ``versions``
     ``lm_eval`` and ``transformers``.
 ``search`` (when the settings hold them)
@@ -30,6 +32,8 @@ alone.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import hashlib
 import json
 from importlib import metadata as _metadata
 from pathlib import Path
@@ -106,6 +110,8 @@ def mismatches(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str
     lines = []
     for key in sorted(set(flat_saved) | set(flat_current)):
         old, new = flat_saved.get(key, _ABSENT), flat_current.get(key, _ABSENT)
+        if key.startswith("model.files."):
+            old, new = _file_identity(old, new)
         if old == new:
             continue
         if key in MAY_GROW and _ABSENT not in (old, new) and isinstance(old, int) and isinstance(new, int):
@@ -232,8 +238,28 @@ def model_files(path: Any, gguf_file: str | None = None) -> dict:
             files[candidate.name] = None  # missing
             continue
         modified = _dt.datetime.fromtimestamp(stat.st_mtime_ns / 1e9, tz=_dt.timezone.utc)
-        files[candidate.name] = {"size": stat.st_size, "modified": modified.isoformat(timespec="microseconds")}
+        files[candidate.name] = {"size": stat.st_size, "modified": modified.isoformat(timespec="microseconds"),
+                                 "sha256": file_sha256(str(candidate.resolve()), stat.st_size, stat.st_mtime_ns)}
     return files
+
+
+@functools.lru_cache(maxsize=64)
+def file_sha256(path: str, _size: int, _mtime_ns: int) -> str:
+    """The file's sha256 (hex), once per process for a file that did not change (~0.5 s for 250 MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_identity(old: Any, new: Any) -> tuple[Any, Any]:
+    """What decides whether a model file is the same: size and content where both sides hashed it, else (a
+    fingerprint from before the hash) size and modification time. The time alone differs on a copy."""
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return old, new
+    keys = ("size", "sha256") if "sha256" in old and "sha256" in new else ("size", "modified")
+    return {key: old.get(key) for key in keys}, {key: new.get(key) for key in keys}
 
 
 # ------------------------------------------------------------------------------ helpers
