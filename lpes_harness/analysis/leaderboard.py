@@ -255,7 +255,8 @@ def latency_where(board: Board, root: Path) -> str:
     tokens = data.get("prompt_tokens") or []
     span = (f"{len(tokens)} MDQA-shaped prompt{'s' if len(tokens) != 1 else ''} of "
             + (f"{min(tokens):,}-{max(tokens):,}" if len(set(tokens)) > 1 else f"{tokens[0]:,}" if tokens else "?"))
-    settings = [f"LPES and PI: `{data.get('lpes_scales') or 'a stand-in curve'}`"]
+    scales = data.get("lpes_scales")
+    settings = [f"LPES and PI: {f'`{scales}`' if scales else 'a stand-in curve'}"]
     if data.get("poshidden_setting"):
         settings.append(f"positional hidden-state scaling: `{data['poshidden_setting']}`")
     if data.get("string_offset"):

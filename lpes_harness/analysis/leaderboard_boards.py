@@ -93,13 +93,21 @@ BOARDS = (
         score_curve="\n".join((_GEMMA_SAMPLES, _GEMMA_RUN.replace("{model}", "lpes_hf").replace("{args}", ",scales={scales}")
                                .replace("{row}", ""),
                                _GEMMA_REPORT.replace("{rows}", "\"{label}=/tmp/heldout/{name}\""))),
-        searches={"lpes_both": ("lpes-search --pretrained gemma3-270m --scaling both --output results/gemma3_both_search",
-                                "results/gemma3_both_search/scales.json")},
+        # Both scalings, the position curve on the global layers only: the space the held-out rows point to
+        # (results/robust_gemma3_heldout: base scaling fixes 240 sentences, a global-layer position curve 480).
+        searches={"lpes_both": ("lpes-search --pretrained gemma3-270m --scaling both --position-layer-type full_attention \\\n"
+                                "    --y-min 1 --y-max 6 --y-step 0.25 --my 1 --base-y-min 0.5 --base-y-max 8 "
+                                "--base-y-step 0.25 --my-base 1 \\\n    --sweep 1,2 --base-sweep 2,4 --seed 1 "
+                                "--output results/robust_gemma3_both_seed1",
+                                "results/robust_gemma3_both_seed1/scales.json")},
         needs={"poshidden": "setting=results/poshidden/gemma3.json"},
         prepare={"poshidden": "python -m lpes_harness.methods.poshidden_channel --pretrained gemma3-270m --select-task "
                               "multi_needle \\\n    --metadata '{\"num_sentences\": 240}' --out results/poshidden/gemma3.json"},
         refused={"moice": "`moice_hf` refuses Gemma-3 at install: its routers are trained for one set of bases "
                           "relative to one θ, and Gemma-3 has a RoPE per layer type ([baselines.md](baselines.md#moice))"},
+        latency="results/leaderboard_gemma3/latency.json",
+        latency_where=f"Gemma-3-270M on {_CPU}, not on the H200 that scored the rows "
+                      "([its README](../results/leaderboard_gemma3/README.md))",
     ),
 )
 
