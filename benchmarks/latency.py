@@ -23,6 +23,9 @@ The three rivals run as their lm-eval models do: positional hidden-state scaling
 ``--poshidden-setting`` (latency does not depend on which channel), Found in the Middle with its
 K dummy copies as rows of one batch and its own decoding step, STRING at ``--string-offset`` (its
 default, a third of the trained length, is past these prompts' length, where no distance is shifted).
+LPES's base and both scaling, and PI at those scalings ("PI base", "PI both", the names the leaderboard
+looks them up by), run a stand-in curve. A method that refuses the model (MoICE on Gemma-3) is left out
+of the run, with its reason printed and kept in the ``--json`` file's ``refused``.
 """
 
 from __future__ import annotations
