@@ -37,13 +37,15 @@ import sys
 import time
 import warnings
 
+from lpes_harness.analysis.leaderboard import latency_label
 from lpes_harness.files import atomic_write_json
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
-# Every method of the table of methods, each RoPE scaling once (the leaderboard looks a row up by
-# latency_label: its method's label, "PI base" / "PI both" for a uniform factor of those scalings).
-METHODS = ("vanilla", "LPES", "LPES base", "LPES both", "PI", "PI base", "PI both", "Ms-PoE", "Buckets", "MoICE",
+# Every method of the table of methods, each RoPE scaling once, named as the leaderboard looks a row up
+# (latency_label: its method's label, and PI at base / both scaling as "PI base" / "PI both").
+PI_BASE, PI_BOTH = latency_label("PI", "base"), latency_label("PI", "both")
+METHODS = ("vanilla", "LPES", "LPES base", "LPES both", "PI", PI_BASE, PI_BOTH, "Ms-PoE", "Buckets", "MoICE",
            "Positional hidden-state scaling", "Found in the Middle", "STRING")
 
 
@@ -124,8 +126,8 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
         "LPES base": lpes(base, "base"),
         "LPES both": lpes(base + base, "both"),
         "PI": lpes(pi),
-        "PI base": lpes([1.8] * len(scales), "base"),
-        "PI both": lpes([1.8] * (2 * len(scales)), "both"),
+        PI_BASE: lpes([1.8] * len(scales), "base"),
+        PI_BOTH: lpes([1.8] * (2 * len(scales)), "both"),
         "Ms-PoE": (lambda: mspoe.install(model), lambda: mspoe.remove(model), plain_next_logits),
         "Buckets": (lambda: buckets.install(model), lambda: buckets.remove(model), bucket_next_logits),
         "MoICE": (lambda: moice.install(model, gates=gates), lambda: moice.remove(model), plain_next_logits),
