@@ -150,7 +150,7 @@ LAYER_OF = {
     **dict.fromkeys((
         "analysis", "analysis.baseline_rows", "analysis.calibration", "analysis.conditions", "analysis.inputs",
         "analysis.layer_types", "analysis.leaderboard_rows", "analysis.logged_samples", "analysis.paired",
-        "analysis.paired_table",
+        "analysis.paired_table", "analysis.pooled",
         "analysis.report_tables", "analysis.results_files", "analysis.score_cache", "analysis.search_history",
         "analysis.stats", "analysis.transfer", "analysis.wrong_answers",
         "methods.poshidden_channel",  # the channel statistic, then candidates scored on a task's samples
