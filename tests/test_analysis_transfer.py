@@ -55,6 +55,9 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
     assert [(r["condition"], r["method"], r["n"]) for r in table] == [("short", "LPES a", 5), ("longer", "LPES a", 5)]
     assert table[1]["metadata"] == {"num_sentences": 8, "seed": 3}
     assert (out / "transfer.png").stat().st_size > 0 and (out / "longer" / "heldout.json").exists()
+    (pooled,) = json.loads((out / "pooled.json").read_text())["results"]
+    assert (pooled["row"], pooled["against"], pooled["n"]) == ("LPES a", "vanilla", 10)
+    assert pooled["gained"] - pooled["lost"] == sum(round((r["difference"]) * r["n"]) for r in table)
 
 
 @pytest.mark.parametrize("condition, message", [

@@ -10,7 +10,8 @@ default multi_needle) and ``chat_template`` (on / off / auto). For each conditio
 the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
 and the table gives, per condition and curve, the average with its 95 % interval, the paired
 difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
-and the worst position before and after. ``--seed`` sets the samples' metadata seed, so that
+and the worst position before and after; with several conditions, ``OUTPUT/pooled.{md,json}`` pools
+each curve over all of them against vanilla (:mod:`lpes_harness.analysis.pooled`). ``--seed`` sets the samples' metadata seed, so that
 they are drawn fresh (no search used it). No new search: the curves are applied as they are.
 """
 
@@ -121,7 +122,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=None, help="metadata seed of the samples (a condition's own wins)")
     parser.add_argument("--dtype", default=None, help="as analysis.paired (default: the first scales file's dtype)")
     parser.add_argument("--pretrained", default=None)
-    parser.add_argument("--output", required=True, help="OUTPUT/<condition>/ per condition, OUTPUT/transfer.{md,json,png}")
+    parser.add_argument("--output", required=True, help="OUTPUT/<condition>/ per condition, OUTPUT/transfer.{md,json,png}, "
+                        "and OUTPUT/pooled.{md,json} with several conditions")
     args = parser.parse_args(argv)
     try:
         conditions = [parse_condition(text) for text in args.condition]
@@ -157,6 +159,15 @@ def main(argv=None) -> None:
     atomic_write_text(output / "transfer.md", text + "\n")
     atomic_write_json(output / "transfer.json", table, indent=1)
     plot_rows(table, output / "transfer.png")
+    if len(conditions) > 1:  # every curve over all conditions at once: one paired test (analysis.pooled)
+        from lpes_harness.analysis import pooled
+
+        tables = [pooled.load_table(output / slug(name)) for name, _ in conditions]
+        results = pooled.pool(tables, [row for row in pooled.shared_rows(tables) if row != "vanilla"], ["vanilla"])
+        text = pooled.format_results(results, tables)
+        print(text)
+        atomic_write_text(output / "pooled.md", text + "\n")
+        atomic_write_json(output / "pooled.json", {"tables": [t["path"] for t in tables], "results": results}, indent=1)
 
 
 if __name__ == "__main__":
