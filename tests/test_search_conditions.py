@@ -155,6 +155,29 @@ def test_a_tie_left_at_the_maximum_goes_to_the_uniform_start_and_says_so():
     assert [r["samples_per_position"] for r in result["rounds"]] == [4, 8, 16]
 
 
+def test_a_lead_within_two_errors_at_the_maximum_goes_to_the_uniform_and_says_by_how_much():
+    # Gemma seed 2's case: at the maximum the curve leads by a fraction of a sample, within noise.
+    curve = {p: [1, 0] * 8 for p in (0, 50, 100)}
+    start = {p: [1, 0] * 7 + [0, 1] for p in (0, 50, 100)}
+    curve[100] = [1, 1] + [1, 0] * 7  # one sample more than the uniform factor, at the end
+    score, _ = scripted({"uniform 4.5": start, "LPES #15": curve})
+    result = select(score, [CONDITION], [Candidate("LPES #15", [5] * 4, "curve", 0.9),
+                                         Candidate("uniform 4.5", [4.5] * 4, "uniform", 0.88)], initial=4, maximum=16)
+    last = result["rounds"][-1]
+    assert last["leader"] == "LPES #15" and last["unresolved"] == ["uniform 4.5"] and last["samples_per_position"] == 16
+    assert result["chosen"] == "uniform 4.5" and result["chosen_kind"] == "uniform"
+    assert result["message"].startswith(NO_CURVE_WON) and "LPES #15 led uniform 4.5 by" in result["message"]
+
+
+def test_a_lead_resolved_at_the_maximum_keeps_the_curve():
+    curve = {p: [1] * 16 for p in (0, 50, 100)}
+    start = {p: [1, 0] * 8 for p in (0, 50, 100)}
+    score, _ = scripted({"uniform 1": start, "LPES #2": curve})
+    result = select(score, [CONDITION], [Candidate("uniform 1", [1] * 4, "uniform"), Candidate("LPES #2", [2] * 4, "curve")],
+                    initial=16, maximum=16)
+    assert result["chosen"] == "LPES #2" and result["message"] == "a per-layer curve won on the validation samples"
+
+
 def test_paired_gap_weighs_roles_as_the_fitness_does():
     leader = Candidate("a", [1], "curve", scores={"c": {0: [1, 1], 50: [1, 1], 100: [1, 1]}})
     other = Candidate("b", [1], "curve", scores={"c": {0: [0, 0], 50: [1, 1], 100: [1, 1]}})

@@ -12,9 +12,9 @@ the search's own fitness, and the best there is the run's curve.
 another candidate is within two standard errors of the leader (the paired difference of their
 per-sample scores, each weighted as the fitness weighs its role and condition), the contenders
 draw twice the samples, up to ``maximum`` per position; near the ceiling, where few samples
-differ, that is where more samples are drawn. Only a tie left at the maximum is decided by
-preference: a uniform factor before a per-layer curve (fewer degrees of freedom), then the
-higher search fitness. When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`),
+differ, that is where more samples are drawn. Only a tie left at the maximum (an exact tie, or a
+lead still within two standard errors) is decided by preference: a uniform factor before a
+per-layer curve (fewer degrees of freedom), then the higher validation, then search fitness. When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`),
 and its rows are named PI, not LPES.
 
 Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.analysis.score_cache.ScoreCache`,
@@ -143,10 +143,19 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
         if not close or n >= maximum:
             break
         contenders, n = [leader, *close], min(2 * n, maximum)
+    # A lead still within two standard errors at the maximum is a tie the data leave: the preference
+    # decides it, a uniform factor before a per-layer curve, not the leader's point estimate.
+    chosen = max([leader, *close], key=lambda c: (c.is_uniform, values[c.label],
+                                                   -math.inf if c.search_fitness is None else c.search_fitness))
+    if chosen is not leader:
+        message = (f"{NO_CURVE_WON} by more than two standard errors ({leader.label} led {chosen.label} by "
+                   f"{values[leader.label] - values[chosen.label]:.4f} on {n} samples per position)")
+    else:
+        message = NO_CURVE_WON if leader.is_uniform else "a per-layer curve won on the validation samples"
     return {
-        "chosen": leader.label,
-        "chosen_kind": leader.kind,
-        "message": NO_CURVE_WON if leader.is_uniform else "a per-layer curve won on the validation samples",
+        "chosen": chosen.label,
+        "chosen_kind": chosen.kind,
+        "message": message,
         "objective": objective,
         "rounds": rounds,
         "candidates": [{**_summary(conditions, c, objective),
