@@ -57,7 +57,7 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
     assert (out / "transfer.png").stat().st_size > 0 and (out / "longer" / "heldout.json").exists()
     (pooled,) = json.loads((out / "pooled.json").read_text())["results"]
     assert (pooled["row"], pooled["against"], pooled["n"]) == ("LPES a", "vanilla", 10)
-    assert pooled["gained"] - pooled["lost"] == sum(round((r["difference"]) * r["n"]) for r in table)
+    assert pooled["gained"] - pooled["lost"] == sum(round(r["difference"] * r["n"]) for r in table)
 
 
 @pytest.mark.parametrize("condition, message", [

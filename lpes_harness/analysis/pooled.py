@@ -83,6 +83,11 @@ def shared_rows(tables: Sequence[Mapping]) -> list[str]:
     return [row for row in tables[0]["scores"] if all(row in table["scores"] for table in tables[1:])]
 
 
+def as_json(results: Sequence[Mapping], tables: Sequence[Mapping]) -> dict:
+    """What ``pooled.json`` holds: the tables pooled and every comparison."""
+    return {"tables": [table["path"] for table in tables], "results": list(results)}
+
+
 def format_results(results: Sequence[Mapping], tables: Sequence[Mapping]) -> str:
     conditions = ", ".join(Path(table["path"]).parent.name for table in tables)
     n = results[0]["n"] if results else 0
@@ -116,7 +121,7 @@ def main(argv=None) -> None:
     if args.json:
         from lpes_harness.files import atomic_write_json
 
-        atomic_write_json(args.json, {"tables": [table["path"] for table in tables], "results": results}, indent=1)
+        atomic_write_json(args.json, as_json(results, tables), indent=1)
 
 
 if __name__ == "__main__":

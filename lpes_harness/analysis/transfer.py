@@ -10,9 +10,10 @@ default multi_needle) and ``chat_template`` (on / off / auto). For each conditio
 the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
 and the table gives, per condition and curve, the average with its 95 % interval, the paired
 difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
-and the worst position before and after; with several conditions, ``OUTPUT/pooled.{md,json}`` pools
-each curve over all of them against vanilla (:mod:`lpes_harness.analysis.pooled`). ``--seed`` sets the samples' metadata seed, so that
-they are drawn fresh (no search used it). No new search: the curves are applied as they are.
+and the worst position before and after; with several conditions, ``OUTPUT/pooled.{md,json}``
+pools each curve over all of them against vanilla (:mod:`lpes_harness.analysis.pooled`). ``--seed``
+sets the samples' metadata seed, so that they are drawn fresh (no search used it). No new search:
+the curves are applied as they are.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def main(argv=None) -> None:
         text = pooled.format_results(results, tables)
         print(text)
         atomic_write_text(output / "pooled.md", text + "\n")
-        atomic_write_json(output / "pooled.json", {"tables": [t["path"] for t in tables], "results": results}, indent=1)
+        atomic_write_json(output / "pooled.json", pooled.as_json(results, tables), indent=1)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ per-sample scores, each weighted as the fitness weighs its role and condition), 
 draw twice the samples, up to ``maximum`` per position; near the ceiling, where few samples
 differ, that is where more samples are drawn. Only a tie left at the maximum (an exact tie, or a
 lead still within two standard errors) is decided by preference: a uniform factor before a
-per-layer curve (fewer degrees of freedom), then the higher validation, then search fitness. When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`),
-and its rows are named PI, not LPES.
+per-layer curve (fewer degrees of freedom), then the higher validation, then search fitness.
+When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`), and its rows are named PI,
+not LPES.
 
 Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.analysis.score_cache.ScoreCache`,
 one file per condition under ``validation/``): a killed selection resumes, and a round with more
