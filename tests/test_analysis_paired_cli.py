@@ -320,3 +320,35 @@ def test_curves_of_different_scalings_share_one_run_and_one_cache(checkpoint, tm
     assert any(json.loads(key.rpartition("@")[0]) == [1.0, 1.0, 1.5, 1.5, 2.0, 2.0, 1.0, 1.0] for key in cache["blocks"])
     assert not any(len(json.loads(key.rpartition("@")[0])) == 8 and json.loads(key.rpartition("@")[0])[4:] == [1.0] * 4
                    for key in cache["blocks"])  # a both curve with base factors 1 is keyed as its position curve
+
+
+def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(checkpoint, tmp_path, monkeypatch):
+    """--batch-size: in float32 a padded batch gives each sample the score it gets alone; a cache block
+    is the larger of CHUNK and the batch, so a batch is never cut in two."""
+    import lpes_harness.analysis.paired as module
+    from lpes_harness.analysis.score_cache import ScoreCache
+    from lpes_harness.lm import LPESLM
+
+    lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
+    run = dict(num_samples=3, metadata={"num_pairs": 3}, mode="logprob")
+    alone = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **run)["scores"]["vanilla"]
+    batched = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, batch_size=3, **run)["scores"]["vanilla"]
+    assert len({v for p in alone for v in alone[p]}) > 1
+    for percent in alone:
+        assert batched[percent] == pytest.approx(alone[percent], abs=1e-4)
+
+    chunks, real = [], module._fill
+    monkeypatch.setattr(module, "_fill", lambda *a: chunks.append(a[-1]) or real(*a))
+    cache = ScoreCache(tmp_path / "c.json", {"x": 1})
+    module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, batch_size=2 * module.CHUNK, cache=cache, **run)
+    module.score_methods(lm, "kv_retrieval", {"one": [1.0] * 4}, batch_size="auto", cache=cache, **run)
+    assert chunks == [2 * module.CHUNK] * 6 + [module.CHUNK] * 6
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "many", "1.5"])
+def test_a_bad_batch_size_is_one_line(text, capsys):
+    from lpes_harness.analysis import paired
+
+    with pytest.raises(SystemExit) as stop:
+        paired.main(["--scales", "s.json", "--output", "out", "--batch-size", text])
+    assert stop.value.code == 2 and "a positive integer or 'auto'" in capsys.readouterr().err

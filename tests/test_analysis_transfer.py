@@ -23,6 +23,10 @@ def test_the_condition_becomes_a_paired_command_line(tmp_path):
     assert argv[argv.index("--task") + 1] == "needle" and argv[argv.index("--chat-template") + 1] == "off"
     assert json.loads(argv[argv.index("--metadata") + 1]) == {"num_sentences": 10, "seed": 7}
     assert "--no-pi" in argv and argv[argv.index("--scales") + 1] == "a=s.json"
+    assert "--batch-size" not in argv  # paired's own default, one prompt a forward
+    argv = transfer.paired_argv({"num_sentences": 10}, ["a=s.json"], num_samples=5, seed=None, dtype=None,
+                                pretrained=None, output=tmp_path, batch_size="10")
+    assert argv[argv.index("--batch-size") + 1] == "10"
 
 
 def heldout(vanilla, lpes):
@@ -70,3 +74,11 @@ def test_a_bad_condition_stops_before_any_condition_is_scored(tmp_path, capsys, 
         transfer.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--condition", condition,
                        "--output", str(out)])
     assert stopped.value.code == 2 and message in capsys.readouterr().err and not out.exists()
+
+
+def test_a_bad_batch_size_is_refused_before_any_condition(capsys, tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        transfer.main(["--scales", "a=s.json", "--condition", 'x={"num_sentences": 10}', "--batch-size", "0",
+                       "--output", str(tmp_path / "out")])
+    assert stop.value.code == 2 and "a positive integer or 'auto'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

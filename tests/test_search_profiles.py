@@ -58,7 +58,8 @@ def test_the_dtype_given_twice_is_one_line_before_anything_loads(capsys):
 def test_every_cpu_profile_is_a_valid_search():
     from lpes_harness.search.validate import check_search_args
 
-    for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu", "robust-smollm2", "robust-gemma3"):
+    for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu", "robust-smollm2", "robust-smollm2-gpu",
+                 "robust-gemma3"):
         args = parse_args(["--device", "cpu", "--profile", name])
         check_search_args(args)
         assert args.population == args.parents + args.mutants + args.crossovers, name
@@ -194,3 +195,12 @@ def test_scaling_given_twice_must_agree(capsys):
         parse_args(["--device", "cpu", "--profile", "cpu", "--model-args", "scaling=base"])
     assert stop.value.code == 2
     assert "--model-args scaling=base and --scaling position disagree; give --scaling only" in capsys.readouterr().err
+
+
+def test_auto_gives_the_bundled_smollm2_its_larger_robust_search_on_a_gpu():
+    # The CPU profile's curve lost at 120 and 180 sentences; the GPU one searches 120 too, on twice the samples.
+    cpu, gpu = parse_args(["--device", "cpu"]), parse_args(["--device", "cuda"])
+    assert (cpu.profile, gpu.profile) == ("robust-smollm2", "robust-smollm2-gpu")
+    assert [c.name for c in gpu.conditions] == ["60 sentences", "120 sentences", "240 sentences", "16 needles"]
+    assert gpu.num_samples == 2 * cpu.num_samples and gpu.scaling == cpu.scaling == "both"
+    assert gpu.validation_samples > 0 and gpu.uniform_tuning

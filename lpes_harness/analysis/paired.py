@@ -13,6 +13,7 @@ the average. A difference is marked significant only when p < ``alpha``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import json
@@ -169,7 +170,7 @@ def sample_bar(total: int, disable: bool | None = None):
 
 def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
                   metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None,
-                  baselines: Mapping[str, Baseline] | None = None, load_baseline=None) -> dict:
+                  baselines: Mapping[str, Baseline] | None = None, load_baseline=None, batch_size=1) -> dict:
     """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}.
 
     ``cache`` (a :class:`ScoreCache`) keeps the scores every :data:`CHUNK` samples: a killed run
@@ -189,7 +190,8 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
 
     percents = list(resolve_task(task).positions)
     scorer = PositionScorer(lm, task, percents, metadata=metadata, split=split, num_samples=num_samples,
-                            mode=mode, chat_template=chat_template)
+                            mode=mode, chat_template=chat_template, batch_size=batch_size)
+    chunk = max(CHUNK, batch_size) if isinstance(batch_size, int) else CHUNK
     report = progress or (lambda name, percent, count: None)
     previous = list(lm.scales)
     scores: dict[str, dict[int, list[float]]] = {}
@@ -197,12 +199,12 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
         for name, scales in methods.items():
             lm.set_scales(list(scales))
             key = canonical(scales, lm.scaling)  # a both curve with base factors 1 is its position curve
-            scores[name] = {p: _fill(scorer, key, p, cache, functools.partial(report, name, p)) for p in percents}
+            scores[name] = {p: _fill(scorer, key, p, cache, functools.partial(report, name, p), chunk) for p in percents}
     finally:
         lm.set_scales(previous)
     for name, baseline in (baselines or {}).items():
         with _scored_by(scorer, baseline, percents, cache, load_baseline):
-            scores[name] = {p: _fill(scorer, baseline.spec, p, cache, functools.partial(report, name, p))
+            scores[name] = {p: _fill(scorer, baseline.spec, p, cache, functools.partial(report, name, p), chunk)
                             for p in percents}
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
@@ -213,14 +215,14 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     }  # fmt: skip
 
 
-def _fill(scorer, method, percent: int, cache, report) -> list[float]:
+def _fill(scorer, method, percent: int, cache, report, chunk: int = CHUNK) -> list[float]:
     """Every sample's score at ``percent`` for ``method`` (scales or a baseline's spec): what the
-    cache lacks is scored :data:`CHUNK` samples at a time, each chunk saved before the next."""
+    cache lacks is scored ``chunk`` samples at a time, each chunk saved before the next."""
     docs = scorer.docs[percent]
     known = cache.get(method, percent, docs) if cache is not None else []
     report(len(known))
     while len(known) < len(docs):
-        new = scorer.scores(percent, list(range(len(known), min(len(known) + CHUNK, len(docs)))))
+        new = scorer.scores(percent, list(range(len(known), min(len(known) + chunk, len(docs)))))
         known = known + new
         if cache is not None:
             cache.put(method, percent, docs, known)
@@ -265,8 +267,6 @@ def scores_from_lm_eval(results: Mapping, task: str) -> dict[int, list[float]]:
 
 def main(argv=None) -> None:
     """``python -m lpes_harness.analysis.paired --scales run/scales.json``: re-evaluate searched scales."""
-    import argparse
-
     parser = argparse.ArgumentParser(
         prog="python -m lpes_harness.analysis.paired",
         description="Vanilla, PI and searched scales (any uniform scales, and baseline models) on the same held-out samples of a "
@@ -306,6 +306,10 @@ def main(argv=None) -> None:
                         help="float32, bfloat16, float16 or auto (bfloat16 where the CPU runs it natively or on a "
                              "GPU); default: the dtype recorded in the first scales file, else float32")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--batch-size", default="1", type=batch_size_arg,
+                        help="prompts per forward of the scaled rows (default 1; 'auto': as many as fit, on a GPU). "
+                             "On a CPU a batch is no faster; on a GPU it is many times faster. In bfloat16 a padded "
+                             "batch can flip a sample whose answer is a near-tie, so compare rows scored alike")
     parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
     parser.add_argument("--reuse-scores", action="append", default=[], metavar="PATH",
                         help="another run's scores.cache.json (or its directory) for the same samples, model and "
@@ -372,10 +376,13 @@ def main(argv=None) -> None:
         with sample_bar((len(methods) + len(baselines)) * len(percents) * args.num_samples) as progress:
             scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
                                    chat_template=chat, cache=cache, progress=progress, baselines=baselines,
-                                   load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype))
+                                   load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype),
+                                   batch_size=args.batch_size)
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
+    if args.batch_size != 1:
+        scored["batch_size"] = args.batch_size  # bfloat16 scores can depend on it (padding)
     if scaling != "position":
         scored["scaling"] = scaling
     if args.layer_type:
@@ -386,6 +393,19 @@ def main(argv=None) -> None:
     files = write_comparison(table, scored, args.output)
     print(format_plain(table))
     print(f"written: {files['md']}, {files['json']}, {files['png']}")
+
+
+def batch_size_arg(text: str):
+    """``--batch-size``: a positive integer or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer or 'auto', got {text!r}")
+    return value
 
 
 def held_layers_of(pretrained: str | None, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from lpes_harness.analysis.conditions import parse_condition, slug, task_metadat
 from lpes_harness.analysis.stats import format_p, paired_difference_interval
 
 def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
-                pretrained: str | None, output: Path) -> list[str]:
+                pretrained: str | None, output: Path, batch_size="1") -> list[str]:
     """The ``analysis.paired`` command line of one condition."""
     metadata = task_metadata(options)
     if seed is not None:
@@ -39,6 +39,7 @@ def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, se
     argv += [arg for spec in scales for arg in ("--scales", spec)]
     argv += ["--dtype", dtype] if dtype else []
     argv += ["--pretrained", pretrained] if pretrained else []
+    argv += ["--batch-size", str(batch_size)] if str(batch_size) != "1" else []
     return argv
 
 
@@ -113,6 +114,8 @@ def plot_rows(table: Sequence[Mapping], path: Path, title: str = "Searched curve
 
 
 def main(argv=None) -> None:
+    from lpes_harness.analysis.paired import batch_size_arg
+
     parser = argparse.ArgumentParser(prog="python -m lpes_harness.analysis.transfer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", action="append", required=True, metavar="NAME=FILE",
@@ -123,6 +126,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=None, help="metadata seed of the samples (a condition's own wins)")
     parser.add_argument("--dtype", default=None, help="as analysis.paired (default: the first scales file's dtype)")
     parser.add_argument("--pretrained", default=None)
+    parser.add_argument("--batch-size", default="1", type=batch_size_arg,
+                        help="as analysis.paired: prompts per forward (default 1; 10 or more on a GPU)")
     parser.add_argument("--output", required=True, help="OUTPUT/<condition>/ per condition, OUTPUT/transfer.{md,json,png}, "
                         "and OUTPUT/pooled.{md,json} with several conditions")
     args = parser.parse_args(argv)
@@ -151,7 +156,7 @@ def main(argv=None) -> None:
         folder = output / slug(name)
         print(f"== {name}: {folder}", flush=True)
         paired.main(paired_argv(options, args.scales, num_samples=args.num_samples, seed=args.seed, dtype=args.dtype,
-                                pretrained=args.pretrained, output=folder))
+                                pretrained=args.pretrained, output=folder, batch_size=args.batch_size))
         table += rows(name, json.loads((folder / "heldout.json").read_text(encoding="utf-8")))
     from lpes_harness.files import atomic_write_json, atomic_write_text
 

@@ -174,7 +174,8 @@ def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, poo
           f"per position of {len(conditions)} condition(s), more (up to {maximum}) while the data leave a tie",
           flush=True)
     with sample_bar(0) as progress:
-        score = cached_scorer(lm, output / "validation", identity, progress)
+        batch_size = next(iter(configs.values())).batch_size  # the search's own (a number once resolved)
+        score = cached_scorer(lm, output / "validation", identity, progress, batch_size)
         result = select(score, validation_conditions(conditions, configs), pool, initial=initial, maximum=maximum,
                         objective=objective)
     atomic_write_json(output / SELECTION_FILE, result, indent=1)

@@ -26,6 +26,12 @@ def folders(output: Path, conditions: Sequence[Condition], several: bool) -> dic
     return {c.name: Path(output) / "heldout" / slug(c.name) for c in conditions}
 
 
+def batch_size_of(args):
+    """The search's ``--batch-size`` for the held-out table: a number, or ``auto`` (1 on a CPU)."""
+    text = str(getattr(args, "batch_size", 1))
+    return int(text) if text.isdigit() else text
+
+
 def cache(folder: Path, condition: Condition, args):
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.score_cache import ScoreCache
@@ -69,7 +75,8 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
         with paired.sample_bar(total, disable=args.no_progress or None) as progress:
             scored = paired.score_methods(lm, condition.task, methods, num_samples=args.heldout_samples,
                                           metadata=condition.metadata, chat_template=chat[condition.chat_template],
-                                          cache=cache(folder, condition, args), progress=progress)
+                                          cache=cache(folder, condition, args), progress=progress,
+                                          batch_size=batch_size_of(args))
         if args.layer_type:
             scored["layer_type"] = args.layer_type  # the table's notes say which layers PI moved
         if getattr(args, "position_layer_type", None):

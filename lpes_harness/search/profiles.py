@@ -118,6 +118,21 @@ PROFILES = {
         "sweep": "1,0.8", "base_sweep": "2",
         "validation_samples": 6, "select_top": 4, "uniform_tuning": True, "heldout_samples": 10,
     },
+    # robust-smollm2 sized for one GPU (bfloat16, batches of a racing chunk): 120 sentences joins the
+    # conditions (the CPU profile's curve gained nothing there, between its two searched lengths), 12
+    # samples per position of each (twice the CPU profile's), a population of 10. About 15-20k forwards a
+    # seed with uniform tuning and validation; far more than 3 hours on 2 cores.
+    "robust-smollm2-gpu": {
+        "task": "multi_needle", "fitness": "greedy", "num_samples": 12, "chunk_size": 12,
+        "condition": ['60 sentences={"num_sentences": 60}', '120 sentences={"num_sentences": 120}',
+                      '240 sentences={"num_sentences": 240}', '16 needles={"num_needles": 16}'],
+        "condition_objective": "mean",
+        "population": 10, "parents": 4, "mutants": 5, "crossovers": 1, "generations": 3,
+        "scaling": "both", "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
+        "base_y_min": 0.5, "base_y_max": 4.0, "base_y_step": 0.25, "my_base": 0.25,
+        "sweep": "1,0.8", "base_sweep": "2",
+        "validation_samples": 12, "select_top": 4, "uniform_tuning": True, "heldout_samples": 0,
+    },
     # Gemma-3-270M over the two lengths where it shows position bias, 240 sentences (~2.3k tokens, the
     # U-curve) and 480 (~4.6k, only the recency end left): gemma3-base-cpu's base scaling (the gain
     # there is the base) with fewer samples per condition. A 480-sentence sample is ~2.5x a
@@ -173,11 +188,14 @@ profiles (--profile; the command line and --config override a profile's values):
          as many forwards as the search), the honest choice on validation samples
          (scales.json), and 10 held-out samples per position per condition (~3 h on 2
          cores without AMX)
+  robust-smollm2-gpu  robust-smollm2 sized for one GPU: 60, 120 and 240 sentences and 16
+         needles, 12 samples per position of each, population 10, no held-out table (score
+         the result with python -m lpes_harness.analysis.transfer --batch-size 10)
   robust-gemma3  Gemma-3-270M on 240 and 480 sentences, base scaling, the same stages
-  auto   (default) robust-smollm2 for the bundled SmolLM2 and robust-gemma3 for
-         --pretrained gemma3-270m (on any device); for other models gpu on a GPU, and on a
-         CPU cpu-bf16 when --dtype resolves to bfloat16 (auto does where it is native),
-         else cpu
+  auto   (default) robust-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
+         GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other
+         models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16
+         (auto does where it is native), else cpu
 
 why the cpu range is wide: on SmolLM2 the curves that remove position bias go to 1.5-1.85
 in late layers, while *uniform* 1.2 already wrecks the model. The sweep therefore only
@@ -211,7 +229,10 @@ def auto_profile(device, dtype, pretrained=None) -> str:
 
     Gemma-3-270M needs its own task size (at multi_needle's default it has no position bias to
     remove, so the gpu profile would search for nothing) and base scaling; the profile's sizes fit
-    a 2-core CPU and take 2.5 min on one H200. The two SmolLM2 CPU profiles differ only in size:
+    a 2-core CPU and take 2.5 min on one H200. The bundled SmolLM2's GPU profile is its CPU one at
+    about 4x the forwards (a fourth condition, twice the samples): its curves held at 120 and 180
+    sentences, where the CPU profile's lost (results/robust_smollm2_gpu_heldout); 6 min a seed on an
+    H200, hours on 2 cores. The two SmolLM2 single-setting CPU profiles differ only in size:
     bfloat16 is ~2.8x faster than float32 where the CPU runs it natively, so the same hour holds a
     larger search there.
     """
@@ -219,7 +240,7 @@ def auto_profile(device, dtype, pretrained=None) -> str:
     if packaged is PACKAGED_MODELS["gemma3-270m"]:
         return "robust-gemma3"
     if packaged is PACKAGED_MODELS["smollm2"]:
-        return "robust-smollm2"
+        return "robust-smollm2" if runs_on_cpu(device) else "robust-smollm2-gpu"
     if not runs_on_cpu(device):
         return "gpu"
     return "cpu-bf16" if choose_dtype(dtype, "cpu") == "bfloat16" else "cpu"

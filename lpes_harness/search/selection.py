@@ -173,9 +173,9 @@ def _summary(conditions: Sequence[ValidationCondition], c: Candidate, objective:
             "conditions": roles}
 
 
-def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], dict], progress=None):
+def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], dict], progress=None, batch_size=1):
     """The ``score`` of :func:`select`: lpes_hf on the validation split, one score cache per condition
-    (``output/<condition>/scores.cache.json``)."""
+    (``output/<condition>/scores.cache.json``), ``batch_size`` prompts per forward as the search's."""
     from lpes_harness.analysis.conditions import slug
     from lpes_harness.analysis.paired import CACHE_FILE, score_methods
     from lpes_harness.analysis.score_cache import ScoreCache
@@ -185,7 +185,7 @@ def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], di
         cache.path.parent.mkdir(parents=True, exist_ok=True)
         scored = score_methods(lm, condition.task, methods, num_samples=n, split="validation",
                                metadata=condition.metadata, chat_template=condition.chat_template, mode=condition.mode,
-                               cache=cache, progress=progress)
+                               cache=cache, progress=progress, batch_size=batch_size)
         wanted = {p for ps in condition.positions.values() for p in ps}
         return {label: {p: s for p, s in by_percent.items() if p in wanted}
                 for label, by_percent in scored["scores"].items()}
