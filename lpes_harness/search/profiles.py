@@ -118,21 +118,6 @@ PROFILES = {
         "sweep": "1,0.8", "base_sweep": "2",
         "validation_samples": 6, "select_top": 4, "uniform_tuning": True, "heldout_samples": 10,
     },
-    # robust-smollm2 sized for one GPU (bfloat16, batches of a racing chunk): 120 sentences joins the
-    # conditions (the CPU profile's curve gained nothing there, between its two searched lengths), 12
-    # samples per position of each (twice the CPU profile's), a population of 10. About 15-20k forwards a
-    # seed with uniform tuning and validation; far more than 3 hours on 2 cores.
-    "robust-smollm2-gpu": {
-        "task": "multi_needle", "fitness": "greedy", "num_samples": 12, "chunk_size": 12,
-        "condition": ['60 sentences={"num_sentences": 60}', '120 sentences={"num_sentences": 120}',
-                      '240 sentences={"num_sentences": 240}', '16 needles={"num_needles": 16}'],
-        "condition_objective": "mean",
-        "population": 10, "parents": 4, "mutants": 5, "crossovers": 1, "generations": 3,
-        "scaling": "both", "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0, "my": 0.4, "mx": 3.0,
-        "base_y_min": 0.5, "base_y_max": 4.0, "base_y_step": 0.25, "my_base": 0.25,
-        "sweep": "1,0.8", "base_sweep": "2",
-        "validation_samples": 12, "select_top": 4, "uniform_tuning": True, "heldout_samples": 0,
-    },
     # Gemma-3-270M over the two lengths where it shows position bias, 240 sentences (~2.3k tokens, the
     # U-curve) and 480 (~4.6k, only the recency end left): gemma3-base-cpu's base scaling (the gain
     # there is the base) with fewer samples per condition. A 480-sentence sample is ~2.5x a
@@ -147,6 +132,19 @@ PROFILES = {
         "scaling": "base", "y_min": 0.5, "y_max": 8.0, "y_step": 0.25, "initial_y": 1.0, "my": 1.0, "mx": 2.0,
         "sweep": "1,2,4", "validation_samples": 6, "select_top": 4, "uniform_tuning": True, "heldout_samples": 10,
     },
+}  # fmt: skip
+
+# robust-smollm2 sized for one GPU (bfloat16, a racing chunk is one batch): 120 sentences joins the
+# conditions (the CPU profile's curve gained nothing there, between its two searched lengths), 12
+# samples per position of each (twice the CPU profile's), a population of 10. About 16k forwards a
+# seed with uniform tuning and validation (6.5 min on an H200); far more than 3 hours on 2 cores.
+PROFILES["robust-smollm2-gpu"] = {
+    **PROFILES["robust-smollm2"],
+    "num_samples": 12, "chunk_size": 12,
+    "condition": ['60 sentences={"num_sentences": 60}', '120 sentences={"num_sentences": 120}',
+                  '240 sentences={"num_sentences": 240}', '16 needles={"num_needles": 16}'],
+    "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
+    "validation_samples": 12, "heldout_samples": 0,
 }  # fmt: skip
 
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
