@@ -26,12 +26,6 @@ def folders(output: Path, conditions: Sequence[Condition], several: bool) -> dic
     return {c.name: Path(output) / "heldout" / slug(c.name) for c in conditions}
 
 
-def batch_size_of(args):
-    """The search's ``--batch-size`` for the held-out table: a number, or ``auto`` (1 on a CPU)."""
-    text = str(getattr(args, "batch_size", 1))
-    return int(text) if text.isdigit() else text
-
-
 def cache(folder: Path, condition: Condition, args):
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.score_cache import ScoreCache
@@ -58,8 +52,9 @@ def check_caches(output: Path, conditions: Sequence[Condition], several: bool, a
 
 
 def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: Mapping[str, Sequence[float]],
-             output: Path) -> dict:
-    """Score ``methods`` (vanilla first) on ``args.heldout_samples`` per position of every condition."""
+             output: Path, batch_size=1) -> dict:
+    """Score ``methods`` (vanilla first) on ``args.heldout_samples`` per position of every condition,
+    ``batch_size`` prompts a forward (the fitness's, as its configuration resolved it)."""
     from lpes_harness.analysis import paired
     from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 
@@ -76,7 +71,7 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
             scored = paired.score_methods(lm, condition.task, methods, num_samples=args.heldout_samples,
                                           metadata=condition.metadata, chat_template=chat[condition.chat_template],
                                           cache=cache(folder, condition, args), progress=progress,
-                                          batch_size=batch_size_of(args))
+                                          batch_size=batch_size)
         if args.layer_type:
             scored["layer_type"] = args.layer_type  # the table's notes say which layers PI moved
         if getattr(args, "position_layer_type", None):

@@ -220,7 +220,8 @@ def run(args: argparse.Namespace) -> dict:
     print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
     if args.heldout_samples:
         methods = final_choice.heldout_methods(args, spec, chosen, sweep, result.get("uniform"))
-        result["heldout"] = heldout.evaluate(lm, args, conditions, several, methods, output)
+        result["heldout"] = heldout.evaluate(lm, args, conditions, several, methods, output,
+                                             batch_size=fitness_config.batch_size)
         result["total_seconds_with_heldout"] = round(time.perf_counter() - launched, 1)
         atomic_write_json(output / "result.json", result)
     print(f"forwards: {result['forwards']['total']} ({', '.join(f'{k} {v}' for k, v in result['forwards'].items() if k != 'total')})"
