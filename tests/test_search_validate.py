@@ -25,7 +25,7 @@ def args(**changes):
     return argparse.Namespace(**dict(PAPER, **changes))
 
 
-@pytest.mark.parametrize("settings", [PAPER, CPU, dict(PAPER, brute_force=True, mx=0.0), dict(PAPER, batch_size="auto:4")])
+@pytest.mark.parametrize("settings", [PAPER, CPU, dict(PAPER, brute_force=True, mx=0.0), dict(PAPER, batch_size="auto")])
 def test_the_profiles_pass(settings):
     check_search_args(argparse.Namespace(**settings))
 
@@ -54,7 +54,8 @@ ROWS = [
     (dict(mx=0.5, my=0.05), "--my 0.05: below the y step 0.1, and x cannot move (--mx 0.5): a mutation could move nothing"),
     (dict(mutation="wide"), "--mutation 'wide' is not one of paper, joint"),
     (dict(threads=0), "--threads 0: must be an integer >= 1"),
-    (dict(batch_size="big"), "--batch-size 'big': must be an integer >= 1, 'auto' or 'auto:N'"),
+    (dict(batch_size="big"), "--batch-size 'big': must be an integer >= 1 or 'auto'"),
+    (dict(batch_size="auto:4"), "--batch-size 'auto:4': must be an integer >= 1 or 'auto'"),
     (dict(model_args="scales=1.2"), "--model-args 'scales=1.2': scales cannot be given to a search"),
     (dict(model_args="dtype"), "--model-args 'dtype': 'dtype' is not key=value"),
 ]

@@ -62,7 +62,7 @@ def check_search_args(args) -> None:
         raise ValueError(f"--threads {threads!r}: must be an integer >= 1")
     batch_size = _get(args, "batch_size")
     if batch_size is not _MISSING and not _is_batch_size(batch_size):
-        raise ValueError(f"--batch-size {batch_size!r}: must be an integer >= 1, 'auto' or 'auto:N'")
+        raise ValueError(f"--batch-size {batch_size!r}: must be an integer >= 1 or 'auto'")
     _check_model_args(args)
     _check_packaged_model(args)
     _check_genome_fits_the_model(args)
@@ -129,10 +129,9 @@ def _is_batch_size(value) -> bool:
     text = str(value)
     if text.isdigit():
         return int(text) >= 1
-    if text == "auto":
-        return True
-    head, _, tail = text.partition(":")
-    return head == "auto" and tail.isdigit() and int(tail) >= 1
+    # Not lm-eval's "auto:N": the fitness sizes its own batches (answer_logits.resolve_batch_size),
+    # and a value it would refuse must be refused here, before the run writes anything.
+    return text == "auto"
 
 
 def _model_args(args) -> dict:
