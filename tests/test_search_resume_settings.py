@@ -14,6 +14,7 @@ import pytest
 
 from lpes_harness.files import KILL_ENV
 from lpes_harness.search.cli import NOT_SAVED, parse_args, settings_record
+from lpes_harness.search.run_record import RUN_RESULTS, RUN_STATE, clear_run_state
 from lpes_harness.search.sweep import run_sweep
 
 # The issue's custom run (#48): every flag differs from the cpu profile's default.
@@ -130,3 +131,13 @@ def test_a_resume_that_grows_generations_records_it_for_the_next_resume(tmp_path
     assert record["settings"]["generations"] == 5 and record["fingerprint"] == {"format": "y"}  # the next resume's
     assert record["resumes"][0]["changed"] == {"generations": {"saved": 3, "now": 5}}
     assert parse_args(["--resume", "--output", str(folder)]).generations == 5
+
+
+def test_a_fresh_start_removes_the_old_runs_state_and_results_and_keeps_the_score_cache(tmp_path):
+    """--overwrite: no old journal is read as this run's, and no old held-out table sits beside new scales."""
+    old = [*RUN_STATE, *RUN_RESULTS, "scores.cache.json", "config.json"]
+    for name in old:
+        (tmp_path / name).write_text("{}")
+    assert "uniform_tuning.jsonl" in RUN_STATE and {"scales.json", "heldout.json", "uniform.json"} <= set(RUN_RESULTS)
+    clear_run_state(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "scores.cache.json"]

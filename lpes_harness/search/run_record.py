@@ -44,12 +44,17 @@ def check_resume(output: Path, record: dict | None, checkpoint: dict | None, cur
     fail(prefix + problems[-1])
 
 
-# What a fresh start (a new run, or --overwrite) removes first: the state a resume would read.
-RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json")
+# What a fresh start (a new run, or --overwrite) removes first: the state a resume would read (the
+# uniform tuning's journal too: its points would be taken as this run's), and the old run's results,
+# which would otherwise sit beside the new run's scales until its own replace them (a kill in between
+# leaves the two mixed). scores.cache.json stays: its scores are keyed by scales and checked against
+# the task and model, so they are valid for any run that asks for the same scales.
+RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json", "uniform_tuning.jsonl")
+RUN_RESULTS = ("scales.json", "uniform.json", "selection.json", "heldout.json", "heldout.md", "heldout.png")
 
 
 def clear_run_state(output: Path) -> None:
-    for name in RUN_STATE:
+    for name in RUN_STATE + RUN_RESULTS:
         (output / name).unlink(missing_ok=True)
 
 
