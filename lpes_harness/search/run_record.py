@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from lpes_harness.files import atomic_write_json
+from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL
 from lpes_harness.search.fingerprint import mismatches
 
 
@@ -49,8 +50,8 @@ def check_resume(output: Path, record: dict | None, checkpoint: dict | None, cur
 # which would otherwise sit beside the new run's scales until its own replace them (a kill in between
 # leaves the two mixed). scores.cache.json stays: its scores are keyed by scales and checked against
 # the task and model, so they are valid for any run that asks for the same scales.
-RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json", "uniform_tuning.jsonl")
-RUN_RESULTS = ("scales.json", "uniform.json", "selection.json", "heldout.json", "heldout.md", "heldout.png")
+RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json", UNIFORM_JOURNAL)
+RUN_RESULTS = ("scales.json", UNIFORM_FILE, SELECTION_FILE, "heldout.json", "heldout.md", "heldout.png")
 
 
 def clear_run_state(output: Path) -> None:
