@@ -134,10 +134,19 @@ def test_a_resume_that_grows_generations_records_it_for_the_next_resume(tmp_path
 
 
 def test_a_fresh_start_removes_the_old_runs_state_and_results_and_keeps_the_score_cache(tmp_path):
-    """--overwrite: no old journal is read as this run's, and no old held-out table sits beside new scales."""
+    """--overwrite: no old journal is read as this run's, and no old held-out table, history or plot
+    sits beside new scales; every score cache stays."""
     old = [*RUN_STATE, *RUN_RESULTS, "scores.cache.json", "config.json"]
     for name in old:
         (tmp_path / name).write_text("{}")
-    assert "uniform_tuning.jsonl" in RUN_STATE and {"scales.json", "heldout.json", "uniform.json"} <= set(RUN_RESULTS)
+    caches = ["heldout/60_sentences/scores.cache.json", "validation/60_sentences/scores.cache.json"]
+    tables = ["heldout/summary.md", "heldout/summary.png", "heldout/60_sentences/heldout.json",
+              "heldout/60_sentences/heldout.md"]
+    for name in caches + tables:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    assert "uniform_tuning.jsonl" in RUN_STATE and {"scales.json", "heldout.json", "uniform.json", "history.jsonl",
+                                                    "curve.png"} <= set(RUN_RESULTS)
     clear_run_state(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "scores.cache.json"]
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == sorted(["config.json", "scores.cache.json", *caches])

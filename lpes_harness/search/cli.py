@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the run in --output where it stopped, with its own settings (read from its "
                           "config.json): no other flag is needed; one given again must keep its value, except "
                           "--generations, which may grow")
-    out.add_argument("--overwrite", action="store_true", help="start afresh even if --output holds a run")
+    out.add_argument("--overwrite", action="store_true",
+                     help="start afresh even if --output holds a run: its checkpoint, journals, results, tables and "
+                          "plots are removed first; score caches stay (keyed by scales, checked against task and model)")
     out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     out.add_argument("--heldout-samples", type=int, default=0,
                      help="after the search, score vanilla, PI and the best curve on this many held-out samples "

@@ -47,16 +47,24 @@ def check_resume(output: Path, record: dict | None, checkpoint: dict | None, cur
 
 # What a fresh start (a new run, or --overwrite) removes first: the state a resume would read (the
 # uniform tuning's journal too: its points would be taken as this run's), and the old run's results,
-# which would otherwise sit beside the new run's scales until its own replace them (a kill in between
-# leaves the two mixed). scores.cache.json stays: its scores are keyed by scales and checked against
-# the task and model, so they are valid for any run that asks for the same scales.
+# history and plots, which would otherwise sit beside the new run's until its own replace them (a kill
+# in between leaves the two mixed). Score caches stay (scores.cache.json, those of each condition's
+# held-out table and of validation/): their scores are keyed by scales and checked against the task
+# and model, so they are valid for any run that asks for the same scales.
 RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json", UNIFORM_JOURNAL)
-RUN_RESULTS = ("scales.json", UNIFORM_FILE, SELECTION_FILE, "heldout.json", "heldout.md", "heldout.png")
+RUN_RESULTS = ("scales.json", UNIFORM_FILE, SELECTION_FILE, "heldout.json", "heldout.md", "heldout.png",
+               "history.jsonl", "generations.jsonl", "curve.png", "fitness.png", "conditions.png", "sweep.png",
+               "uniform.png")
+# A run over several conditions: heldout/summary.* and heldout/<condition>/heldout.*.
+CONDITION_RESULTS = ("heldout/summary.*", "heldout/*/heldout.*")
 
 
 def clear_run_state(output: Path) -> None:
     for name in RUN_STATE + RUN_RESULTS:
         (output / name).unlink(missing_ok=True)
+    for pattern in CONDITION_RESULTS:
+        for path in output.glob(pattern):
+            path.unlink(missing_ok=True)
 
 
 def write_config(path: Path, resume: bool, record: dict) -> None:
