@@ -3,7 +3,8 @@
 lm-eval turns ``true`` into True and ``-1`` into -1.0 before a model sees them: :func:`shown`
 writes a value back as the user typed it, for messages. :func:`parse_bool` and
 :func:`number_list` are the one parser of booleans and of ``1.0;1.3;1.6`` lists (``lpes_hf``'s
-scales, the baselines' ``bases`` and ``absolute_bases``). A leaf: imports nothing.
+scales, the baselines' ``bases`` and ``absolute_bases``), :func:`batch_size` of the fitness's
+prompts per forward. A leaf: imports nothing.
 """
 
 from __future__ import annotations
@@ -42,3 +43,14 @@ def parse_bool(name: str, value: Any, error: type[ValueError] = ValueError) -> b
     if isinstance(value, str) and value.strip().lower() in TRUE | FALSE:
         return value.strip().lower() in TRUE
     raise error(f"{name}={shown(value)} is not allowed; give true or false")
+
+
+def batch_size(value: Any) -> int | str:
+    """Prompts per forward of the search's fitness: an integer >= 1 (or its digits) or ``"auto"``;
+    else ``ValueError``. Not lm-eval's ``auto:N``: the fitness sizes its own batches, and the
+    search's argument check refuses what the fitness would refuse, before a run writes anything."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"batch_size {value!r}: give an integer >= 1 (prompts per forward) or 'auto'")

@@ -39,6 +39,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from lpes_harness import arg_values
 from lpes_harness.models import cache_keyword, output_layer
 
 # ``batch_size="auto"`` on a CPU: one prompt per forward. On a CPU a ~750-token prompt is
@@ -153,14 +154,11 @@ def resolve_batch_size(lm, batch_size: int | str) -> int:
     """``batch_size`` as an int: ``"auto"`` is :data:`CPU_AUTO_BATCH` on a CPU and, on a GPU, the
     largest size that has fitted so far (starting at :data:`GPU_AUTO_BATCH_START`, halved on
     each out-of-memory error)."""
+    batch_size = arg_values.batch_size(batch_size)
     if batch_size == "auto":
         if torch.device(lm.device).type == "cpu":
             return CPU_AUTO_BATCH
         return getattr(lm, "_lpes_score_batch", GPU_AUTO_BATCH_START)
-    if isinstance(batch_size, str) and batch_size.isdigit():
-        batch_size = int(batch_size)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size {batch_size!r}: give an integer >= 1 (prompts per forward) or 'auto'")
     return batch_size
 
 

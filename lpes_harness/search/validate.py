@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lpes_harness import arg_values
 from lpes_harness.search.operators import check_mutation
 
 _MISSING = object()
@@ -124,14 +125,11 @@ def _check_y_range(args) -> None:
 
 
 def _is_batch_size(value) -> bool:
-    if _is_int(value):
-        return value >= 1
-    text = str(value)
-    if text.isdigit():
-        return int(text) >= 1
-    # Not lm-eval's "auto:N": the fitness sizes its own batches (answer_logits.resolve_batch_size),
-    # and a value it would refuse must be refused here, before the run writes anything.
-    return text == "auto"
+    try:
+        arg_values.batch_size(value)  # the fitness's own rule (answer_logits.resolve_batch_size)
+    except ValueError:
+        return False
+    return True
 
 
 def _model_args(args) -> dict:
