@@ -255,7 +255,9 @@ class Run:
     fitness's ``samples_scored`` difference; of one read back from the journal, what it cost then.
     """
 
-    def __init__(self, fitness, journal: Journal, budgets, racing: bool = True, progress=None):
+    def __init__(self, fitness, journal: Journal, budgets, racing: bool = True, progress=None, label: str | None = None):
+        from tqdm.auto import tqdm
+
         self.fitness, self.journal, self.racing = fitness, journal, racing
         self.budgets = sorted(budgets)
         self.used = 0  # forwards charged to this run
@@ -268,6 +270,10 @@ class Run:
         self.idle = 0
         self.stalled = False
         self.progress = progress
+        # Forwards charged against the largest budget (those read back from the journal included):
+        # a run is ~30 min on a CPU, and the per-run lines come only at its budgets.
+        self.bar = tqdm(total=self.budgets[-1], desc=label, unit="fwd", dynamic_ncols=True,
+                        disable=label is None or not progress or math.isinf(self.budgets[-1]))
 
     def __call__(self, scales, threshold=None):
         if self.used >= self.budgets[-1]:
@@ -288,6 +294,9 @@ class Run:
         if not (info or {}).get("raced") and (self.best is None or value > self.best["fitness"]):
             self.best = {"fitness": float(value), "scales": [float(s) for s in scales],
                          "scores": (info or {}).get("scores"), "found_at_forwards": self.used}
+        self.bar.update(min(self.used, self.budgets[-1]) - self.bar.n)  # the last evaluation may go past the budget
+        if self.best is not None:
+            self.bar.set_postfix(best=f"{self.best['fitness']:.4f}", evaluations=self.evaluations, refresh=False)
         for budget in self.budgets:
             if budget not in self.snapshots and self.used >= budget:
                 self.snapshots[budget] = {"forwards": self.used, "last_evaluation_forwards": forwards,
@@ -463,13 +472,15 @@ RUNNERS = {"paper-ga": run_paper_ga, "ga": run_ga, "cma-es": run_cma_es, "random
 
 def search(method: str, seed: int, fitness, journal: Journal, budgets, args, num_layers: int, progress=None) -> Run:
     """One (method, seed) search until its largest budget; its snapshots hold every budget's result."""
-    run = Run(fitness, journal, budgets, racing=method != "paper-ga", progress=progress)
+    run = Run(fitness, journal, budgets, racing=method != "paper-ga", progress=progress, label=f"{method} seed {seed}")
     try:
         RUNNERS[method](run, args, num_layers, seed)
     except BudgetReached:
         pass
     except Stalled:
         run.stalled = True
+    finally:
+        run.bar.close()
     return run
 
 
