@@ -84,3 +84,18 @@ def test_repair_makes_any_cma_vector_a_valid_genome(benchmark):
     assert [x for x, _ in crowded] == [26, 27, 28, 29]  # all at the right end: pushed apart, still on the grid
     ys = [y for _, y in crowded]
     assert ys[:3] == [0.25, pytest.approx(1.6), 2.5] and 1.35 <= ys[3] <= 1.4  # nan is the middle of the range
+
+
+def test_the_hardest_sample_order_replays_the_journal_with_the_same_results(finished, tmp_path):
+    """benchmarks/sample_order.py: the same evaluations in the hardest order, nothing selected changes."""
+    from lpes_harness.files import read_jsonl
+
+    _, out = finished
+    journal = read_jsonl(out / "evaluations.jsonl")
+    report = tmp_path / "order.json"
+    assert load_benchmark("sample_order").main(["--journal", str(out / "evaluations.jsonl"), "--device", "cpu",
+                                                "--evaluations", "20", "--json", str(report)]) == 0
+    summary = json.loads(report.read_text())["summary"]
+    assert summary["evaluations"] == min(20, len(journal)) and summary["changed"] == []
+    assert summary["roles_forwards"] == sum(e["forwards"] for e in journal[:20])
+    assert 0 < summary["hardest_forwards"]

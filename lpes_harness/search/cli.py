@@ -14,6 +14,7 @@ from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.condition_fitness import CONDITION_OBJECTIVES
 from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile_heldout_samples
 from lpes_harness.search.sweep import parse_sweep
+from lpes_harness.search.sample_order import SAMPLE_ORDERS
 
 DESCRIPTION = """\
 Search per-layer RoPE scales (LPES) with the paper's Bézier-constrained genetic algorithm.
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--racing", action=argparse.BooleanOptionalAction, default=True,
                      help="stop scoring an individual once it cannot become a parent (default); --no-racing "
                           "scores every sample of every individual")
+    fit.add_argument("--sample-order", default="roles", choices=SAMPLE_ORDERS,
+                     help="the order racing scores an individual's samples in: roles (default: the heaviest role "
+                          "first) or hardest (the samples earlier individuals got wrong first, so that racing stops "
+                          "a hopeless individual sooner). The same individuals are selected either way; only the "
+                          "forwards differ (benchmarks/sample_order.py)")
     fit.add_argument("--scorer", default="answer-logits", choices=SCORERS,
                      help="one-pass modes: answer-logits (default; each prompt runs once for all its answers, the output "
                           "layer only at the answer tokens) or lm-eval (lm-eval's loglikelihood, one row per answer, "

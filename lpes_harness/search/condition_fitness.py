@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 from lpes_harness.lmeval.position_scorer import max_sample_score
 from lpes_harness.search.fitness import ROLES, FitnessConfig, LMEvalFitness, combine, raced_groups
+from lpes_harness.search.sample_order import HardestFirst
 
 CONDITION_OBJECTIVES = ("mean", "worst")
 
@@ -55,6 +56,11 @@ class ConditionsFitness:
         self.lm, self.configs, self.objective, self.split = lm, dict(configs), objective, split
         self.parts = {name: LMEvalFitness(lm, config, split=split) for name, config in self.configs.items()}
         self.sizes = {(name, role): n for name, part in self.parts.items() for role, n in part.sizes.items()}
+        first = next(iter(self.configs.values()))
+        self.hardest = None
+        if first.sample_order == "hardest":
+            drop = {g: self.configs[g[0]].weights[g[1]] / max(n, 1) for g, n in self.sizes.items()}
+            self.hardest = HardestFirst(self.sizes, drop, self.order(), max_sample_score(first.fitness))
         self.evaluations = 0
 
     @property
@@ -86,6 +92,7 @@ class ConditionsFitness:
             chunk_size=first.chunk_size,
             threshold=-math.inf if threshold is None or not first.racing else threshold,
             max_score=max_sample_score(first.fitness),
+            sample_order=self.hardest.order() if self.hardest else None,
         )
         self.evaluations += 1
         return fitness, self.info(totals, done, raced, time.perf_counter() - started)
@@ -106,7 +113,10 @@ class ConditionsFitness:
     def score_samples(self, group: tuple[str, str], indices: Sequence[int]) -> list[float]:
         """The scores of samples ``indices`` of one condition's role, with the scales set now."""
         name, role = group
-        return self.parts[name].score_samples(role, indices)
+        scores = self.parts[name].score_samples(role, indices)
+        if self.hardest:
+            self.hardest.record(group, indices, scores)
+        return scores
 
 
 def condition_configs(conditions, base: FitnessConfig) -> dict[str, FitnessConfig]:

@@ -9,8 +9,8 @@ Sections of the fingerprint (a JSON object):
 
 ``fitness``
     ``task``, ``metadata``, ``mode``, ``scorer``, ``weights``, ``positions``,
-    ``num_samples``, ``racing``, ``chunk_size``, ``chat_template``, and ``objective``
-    unless it is the default ``weighted``: what ``FitnessConfig`` holds.
+    ``num_samples``, ``racing``, ``chunk_size``, ``chat_template``, and ``objective`` and
+    ``sample_order`` unless they are the defaults ``weighted`` and ``roles``: what ``FitnessConfig`` holds.
 ``model``
     ``pretrained`` (as given), ``path`` and ``gguf_file`` (as resolved), ``revision``
     (asked for, and the hub commit when known), ``files`` (size, modification time and sha256 of
@@ -73,6 +73,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
     fitness = {key: _plain(values.get(key)) for key in FITNESS_KEYS}
     if values.get("objective", "weighted") != "weighted":  # absent means weighted: older checkpoints still resume
         fitness["objective"] = values["objective"]
+    if values.get("sample_order", "roles") != "roles":  # likewise; it changes forwards and raced bounds, not choices
+        fitness["sample_order"] = values["sample_order"]
     search = {key: _plain(values[key]) for key in SEARCH_KEYS if key in values}
     if values.get("layer_type"):  # absent means all layers: older checkpoints still resume
         search["layer_type"] = values["layer_type"]

@@ -24,7 +24,9 @@ chunk the best fitness still reachable (every unscored sample at its maximum sco
 known exactly; once it falls below the selection threshold the loop passes in (the
 score a new individual must beat to become a parent), scoring stops and that bound is
 returned. The bound is below the threshold, and thresholds only grow, so racing never
-changes which individuals are selected; ``info["raced"]`` marks such results.
+changes which individuals are selected; ``info["raced"]`` marks such results. The bound is
+exact in any order, so ``sample_order="hardest"`` (the samples earlier individuals got wrong
+first, :mod:`lpes_harness.search.sample_order`) changes only the forwards racing saves.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS, TIEBREAK_EPS, PositionScorer, max_sample_score
+from lpes_harness.search.sample_order import SAMPLE_ORDERS, HardestFirst
 
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
@@ -65,19 +68,26 @@ def raced_fitness(
     threshold: float = -math.inf,
     max_score: float = 1.0,
     objective: str = "weighted",
+    sample_order: Sequence[tuple[str, int]] | None = None,
 ) -> tuple[float, dict]:
     """The roles' mean scores combined by ``objective``, stopping early once ``threshold`` is out of reach.
 
     ``score_chunk(role, indices)`` returns the scores of those samples of that role.
-    Returns ``(fitness, info)``; when raced, ``fitness`` is the upper bound at the stop.
+    ``sample_order``: every (role, index) in the order to score them (None: role by role, see
+    :func:`roles_order`). Returns ``(fitness, info)``; when raced, ``fitness`` is the upper bound at the stop.
     """
     # Heaviest role first: a sample of role r that falls short of the best score lowers the
     # bound by weight_r / size_r, so scoring the heaviest role first stops a hopeless
     # individual soonest (round-robin would leave the bound high until near the end).
-    order = sorted(sizes, key=lambda r: -weights[r] / sizes[r])
     fitness, totals, done, raced = raced_groups(score_chunk, sizes, lambda means: combine(means, weights, objective),
-                                                order, chunk_size=chunk_size, threshold=threshold, max_score=max_score)
+                                                roles_order(sizes, weights), chunk_size=chunk_size,
+                                                threshold=threshold, max_score=max_score, sample_order=sample_order)
     return fitness, _info(totals, done, sizes, raced)
+
+
+def roles_order(sizes: Mapping[str, int], weights: Mapping[str, float]) -> list[str]:
+    """The roles, the largest weight per sample first."""
+    return sorted(sizes, key=lambda r: -weights[r] / sizes[r])
 
 
 def raced_groups(
@@ -89,13 +99,16 @@ def raced_groups(
     chunk_size: int,
     threshold: float = -math.inf,
     max_score: float = 1.0,
+    sample_order: Sequence[tuple[Any, int]] | None = None,
 ) -> tuple[float, dict, dict, bool]:
     """Racing over groups of samples (a role, or a condition's role): ``value`` of the groups' means.
 
-    Groups are scored in ``order``, ``chunk_size`` samples at a time; after each chunk the best
-    value still reachable (every unscored sample at ``max_score``) is known exactly, since
-    ``value`` is non-decreasing in every mean, and scoring stops once it falls below
-    ``threshold``. Returns ``(value or its bound, totals, done, raced)``.
+    Groups are scored in ``order``, ``chunk_size`` samples at a time (or, given ``sample_order``,
+    every ``(group, index)``, in that order, ``chunk_size`` at a time, a chunk's samples of one group
+    scored together: :mod:`lpes_harness.search.sample_order`); after each chunk the best value still
+    reachable (every unscored sample at ``max_score``) is known exactly, since ``value`` is
+    non-decreasing in every mean, and scoring stops once it falls below ``threshold``. Returns
+    ``(value or its bound, totals, done, raced)``.
     """
     totals = {group: 0.0 for group in sizes}
     done = {group: 0 for group in sizes}
@@ -103,17 +116,24 @@ def raced_groups(
     def bound() -> float:  # every unscored sample at its best: exact once all are scored
         return value({g: (totals[g] + (sizes[g] - done[g]) * max_score) / sizes[g] for g in sizes})
 
-    for group in order:
-        while done[group] < sizes[group]:
-            indices = list(range(done[group], min(done[group] + chunk_size, sizes[group])))
+    if sample_order is None:  # group by group: a chunk never spans two groups
+        chunks = [[(group, i) for i in range(start, min(start + chunk_size, sizes[group]))]
+                  for group in order for start in range(0, sizes[group], chunk_size)]
+    else:
+        chunks = [sample_order[start : start + chunk_size] for start in range(0, len(sample_order), chunk_size)]
+    for chunk in chunks:
+        by_group: dict[Any, list[int]] = {}
+        for group, index in chunk:
+            by_group.setdefault(group, []).append(index)
+        for group, indices in by_group.items():
             scores = list(score_chunk(group, indices))
             if len(scores) != len(indices):
                 raise RuntimeError(f"scored {len(scores)} samples for {len(indices)} requested ({group})")
             totals[group] += sum(scores)
             done[group] += len(indices)
-            upper = bound()
-            if upper < threshold:
-                return upper, totals, done, True
+        upper = bound()
+        if upper < threshold:
+            return upper, totals, done, True
     return bound(), totals, done, False
 
 
@@ -151,6 +171,7 @@ class FitnessConfig:
     scorer: str = "answer-logits"  # one-pass modes only; see SCORERS
     chat_template: bool | None = None  # None: as the task prefers (and the tokenizer has one)
     batch_size: int | str = 1  # prompts per forward of the one-pass scorer; "auto": see answer_logits.resolve_batch_size
+    sample_order: str = "roles"  # the order racing scores samples in: see search.sample_order
 
     def __post_init__(self):
         from lpes_harness.tasks.data import TaskDataError
@@ -159,6 +180,8 @@ class FitnessConfig:
             raise ValueError(f"fitness mode {self.fitness!r} is not one of {', '.join(MODES)}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"fitness objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if self.sample_order not in SAMPLE_ORDERS:
+            raise ValueError(f"sample order {self.sample_order!r} is not one of {', '.join(SAMPLE_ORDERS)}")
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer {self.scorer!r} is not one of {', '.join(SCORERS)}")
         if set(self.weights) != set(ROLES):
@@ -242,6 +265,10 @@ class LMEvalFitness:
             for role in ROLES
         }
         self.sizes = {role: len(samples) for role, samples in self.samples.items()}
+        self.hardest = None
+        if config.sample_order == "hardest":
+            self.hardest = HardestFirst(self.sizes, {r: config.weights[r] / max(n, 1) for r, n in self.sizes.items()},
+                                        roles_order(self.sizes, config.weights), max_sample_score(config.fitness))
         self.evaluations = 0
         self.samples_scored = 0  # forwards of this process: what a search's budget counts
 
@@ -264,6 +291,7 @@ class LMEvalFitness:
             threshold=threshold if self.config.racing else -math.inf,
             max_score=max_sample_score(self.config.fitness),
             objective=self.config.objective,
+            sample_order=self.hardest.order() if self.hardest else None,
         )
         self.evaluations += 1
         info["mode"] = self.config.fitness
@@ -274,9 +302,10 @@ class LMEvalFitness:
     def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
         mine = [i for i in indices if i % self.world == self.rank]
         local = self.score_samples(role, mine)
-        if self.world == 1:
-            return local
-        return self.gather(indices, mine, local)
+        scores = local if self.world == 1 else self.gather(indices, mine, local)
+        if self.hardest:  # every process records the same (gathered) scores, so they agree on the order
+            self.hardest.record(role, indices, scores)
+        return scores
 
     def score_samples(self, role: str, indices: Sequence[int]) -> list[float]:
         """This process's scores of the role's samples ``indices`` (no collective call)."""

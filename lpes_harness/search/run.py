@@ -83,6 +83,7 @@ def _configure(args) -> tuple[SearchConfig, FitnessConfig, dict]:
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=args.racing,
         scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
         batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
+        sample_order=args.sample_order,
     )
     current = fingerprint({**vars(args), **vars(fitness_config), "dtype": args.dtype_chosen})
     return config, fitness_config, current
