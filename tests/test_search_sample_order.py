@@ -123,3 +123,19 @@ def test_a_mixed_chunk_scores_each_groups_samples_together_and_checks_the_bound_
 def test_an_unknown_sample_order_is_named():
     with pytest.raises(ValueError, match="sample order 'random' is not one of roles, hardest"):
         FitnessConfig(task="multi_needle", sample_order="random")
+
+
+def test_the_cpu_profiles_race_hardest_first_and_a_run_recorded_before_the_flag_resumes_in_roles_order(tmp_path):
+    import json
+
+    from lpes_harness.search.cli import parse_args, settings_record
+
+    argv = ["--profile", "cpu-bf16", "--dtype", "float32", "--device", "cpu", "--output", str(tmp_path / "R")]
+    assert parse_args(argv).sample_order == "hardest"
+    assert parse_args(["--profile", "gpu", *argv[2:]]).sample_order == "roles"
+    assert parse_args(["--profile", "robust-smollm2-gpu", *argv[2:]]).sample_order == "roles"
+    settings = settings_record(parse_args(argv))
+    del settings["sample_order"]  # config.json of a run made before --sample-order
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "config.json").write_text(json.dumps({"command": "lpes-search ...", "settings": settings}))
+    assert parse_args(["--resume", "--output", str(tmp_path / "R")]).sample_order == "roles"

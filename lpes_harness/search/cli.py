@@ -273,7 +273,10 @@ def _saved_settings(parser, args) -> dict:
                            "no checkpoint.json)\n")
         return {}
     known = {action.dest for action in parser._actions} - NOT_SAVED
-    return {name: value for name, value in (record.get("settings") or {}).items() if name in known}
+    saved = {name: value for name, value in (record.get("settings") or {}).items() if name in known}
+    if saved:  # recorded before --sample-order existed: it raced in the roles order (a profile may now say hardest)
+        saved.setdefault("sample_order", "roles")
+    return saved
 
 
 def model_args_given(model_args: str) -> dict[str, str]:

@@ -134,6 +134,14 @@ PROFILES = {
     },
 }  # fmt: skip
 
+# The CPU profiles race in the hardest-first sample order: the same individuals are selected as in
+# the roles order (the bound is exact in any order), with 29.5 % fewer forwards on the one search
+# trajectory replayed both ways (benchmarks/sample_order.py; docs/search_profiles.md). On a GPU a
+# racing chunk is one batch, and a chunk of the hardest order spans several positions (one batch
+# each): not measured there, so the GPU profiles keep the roles order.
+for _name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu", "robust-smollm2", "robust-gemma3"):
+    PROFILES[_name]["sample_order"] = "hardest"
+
 # robust-smollm2 sized for one GPU (bfloat16, a racing chunk is one batch): 120 sentences joins the
 # conditions (the CPU profile's curve gained nothing there, between its two searched lengths), 12
 # samples per position of each (twice the CPU profile's), a population of 10. About 16k forwards a
@@ -144,7 +152,7 @@ PROFILES["robust-smollm2-gpu"] = {
     "condition": ['60 sentences={"num_sentences": 60}', '120 sentences={"num_sentences": 120}',
                   '240 sentences={"num_sentences": 240}', '16 needles={"num_needles": 16}'],
     "population": 10, "parents": 4, "mutants": 5, "crossovers": 1,
-    "validation_samples": 12, "heldout_samples": 0,
+    "validation_samples": 12, "heldout_samples": 0, "sample_order": "roles",
 }  # fmt: skip
 
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
