@@ -139,3 +139,87 @@ def test_the_cpu_profiles_race_hardest_first_and_a_run_recorded_before_the_flag_
     (tmp_path / "R").mkdir()
     (tmp_path / "R" / "config.json").write_text(json.dumps({"command": "lpes-search ...", "settings": settings}))
     assert parse_args(["--resume", "--output", str(tmp_path / "R")]).sample_order == "roles"
+
+
+def test_the_statistics_survive_a_json_round_trip_with_condition_groups():
+    import json
+
+    sizes = {("60 sentences", "end"): 2, ("60 sentences", "middle"): 3}
+    drop = {g: 0.5 / n for g, n in sizes.items()}
+    order = HardestFirst(sizes, drop, list(sizes))
+    order.record(("60 sentences", "middle"), [2], [0.0])
+    order.record(("60 sentences", "end"), [0, 1], [1.0, 0.0])
+    copy = HardestFirst(sizes, drop, list(sizes))
+    copy.load_state_dict(json.loads(json.dumps(order.state_dict())))
+    assert copy.order() == order.order() and copy.seen == order.seen and copy.shortfall == order.shortfall
+
+
+class Crash(Exception):
+    pass
+
+
+class ResumableFitness(OrderedFitness):
+    """OrderedFitness with the statistics a checkpoint saves; ``crash_at``: fail on that call."""
+
+    def __init__(self, crash_at=None):
+        super().__init__("hardest")
+        self.calls, self.crash_at = 0, crash_at
+
+    def __call__(self, scales, threshold=-math.inf):
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise Crash
+        return super().__call__(scales, threshold)
+
+    def order_state(self):
+        return self.hardest.state_dict()
+
+    def load_order_state(self, state):
+        if state:
+            self.hardest.load_state_dict(state)
+
+
+class Records:
+    def __init__(self):
+        self.records = []
+
+    def on_search_start(self, search): ...
+    def on_generation_end(self, search, stats): ...
+    def on_search_end(self, search, result): ...
+    def on_exception(self, search, error): ...
+
+    def on_individual(self, search, record):
+        self.records.append((record["index"], record["fitness"], record["info"]))
+
+    state_key = "Records"
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state): ...
+
+
+def test_a_search_resumed_mid_generation_races_as_the_uninterrupted_one(tmp_path):
+    """The statistics travel with the checkpoint (SampleOrderCallback): after a crash mid-generation
+    the resumed search scores the same samples, so even the raced bounds are the uninterrupted run's."""
+    from lpes_harness.search.callbacks import CheckpointCallback, SampleOrderCallback, load_checkpoint
+
+    spec = GenomeSpec(num_layers=12, y_min=1.0, y_max=2.0)
+    config = SearchConfig(population=12, parents=4, mutants=6, crossovers=2, generations=4, seed=3)
+
+    def search(fitness, path, records):
+        callbacks = [records, SampleOrderCallback(fitness), CheckpointCallback(path)]
+        return GeneticSearch(spec, fitness, config, callbacks)
+
+    whole = Records()
+    search(ResumableFitness(), tmp_path / "whole.json", whole).run()
+    assert any(info["raced"] for _, _, info in whole.records)  # else the order could not matter
+
+    first = Records()
+    with pytest.raises(Crash):
+        search(ResumableFitness(crash_at=23), tmp_path / "cut.json", first).run()  # generation 2, mid-way
+    second = Records()
+    resumed = search(ResumableFitness(), tmp_path / "cut.json", second)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "cut.json"))
+    resumed.run()
+    assert first.records + second.records == whole.records

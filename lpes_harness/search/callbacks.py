@@ -54,6 +54,22 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 # -------------------------------------------------------------------- callbacks
 
 
+class SampleOrderCallback(Callback):
+    """The fitness's sample-order statistics (``--sample-order hardest``) as callback state: saved
+    with the checkpoint and with every journalled individual, restored on resume, so that a resumed
+    search races its samples in the order the uninterrupted one would have (the same forwards and
+    raced bounds, not only the same choices). Nothing is saved in the roles order."""
+
+    def __init__(self, fitness):
+        self.fitness = fitness
+
+    def state_dict(self) -> dict:
+        return self.fitness.order_state() or {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fitness.load_order_state(state)
+
+
 class CheckpointCallback(Callback):
     """Saves ``search.state_dict()`` at the start, at every generation's end and on failure, and
     appends each processed individual to the journal (:func:`journal_path`) in between.

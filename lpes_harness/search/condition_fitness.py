@@ -110,6 +110,13 @@ class ConditionsFitness:
                 "samples": sum(done.values()), "samples_total": sum(self.sizes.values()), "raced": raced,
                 "mode": next(iter(self.configs.values())).fitness, "eval_seconds": round(seconds, 3)}
 
+    def order_state(self) -> dict | None:
+        return self.hardest.state_dict() if self.hardest else None
+
+    def load_order_state(self, state: dict | None) -> None:
+        if self.hardest and state:
+            self.hardest.load_state_dict(state)
+
     def score_samples(self, group: tuple[str, str], indices: Sequence[int]) -> list[float]:
         """The scores of samples ``indices`` of one condition's role, with the scales set now."""
         name, role = group

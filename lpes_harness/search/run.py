@@ -33,7 +33,8 @@ from pathlib import Path
 from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
 from lpes_harness.models import choose_dtype, default_device
 from lpes_harness.plots import plot_uniform_points
-from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
+from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
+                                         SampleOrderCallback, load_checkpoint)
 from lpes_harness.search.cli import RUN_RECORD, parse_args, read_run_record, run_folder, settings_record
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
@@ -187,6 +188,7 @@ def run(args: argparse.Namespace) -> dict:
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
         PlotCallback(output, args.scaling, conditions=several),
         ProgressCallback(disable=args.no_progress or None),
+        SampleOrderCallback(fitness),
         CheckpointCallback(checkpoint_path, extra={"fingerprint": current}),  # last: the files above agree with it
     ]
     search = GeneticSearch(spec, fitness, config, callbacks)
@@ -316,12 +318,17 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
     path, journal = output / "sweep.json", output / "sweep.jsonl"
     plan = _sweep_plan(args, spec)
     wanted = sorted((kind or "", v) for kind, values, _ in plan for v in values)
+    # Each point and the finished sweep keep the sample order's statistics as of then (hardest order):
+    # a sweep resumed, or a search started after it, races as the uninterrupted run would have.
     if args.resume and path.exists():
         saved = json.loads(path.read_text())
         if sorted((p.get("kind", ""), p["scale"]) for p in saved["points"]) == wanted:
             journal.unlink(missing_ok=True)  # left by a kill between the two
+            fitness.load_order_state(saved.get("sample_order"))
             return saved
     lines = read_jsonl(journal) if args.resume else []  # the run's settings were checked: this very sweep's
+    if lines:
+        fitness.load_order_state(lines[-1].get("sample_order"))
     if not args.resume:
         journal.unlink(missing_ok=True)
     print(f"sweep: uniform {'factors' if args.scaling == 'both' else 'scales'} "
@@ -329,7 +336,8 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
           + (f" ({len(lines)} scored before the stop, read back from {journal.name})" if lines else ""), flush=True)
 
     def journal_point(point: dict) -> None:
-        append_jsonl(journal, point)
+        state = fitness.order_state()
+        append_jsonl(journal, {**point, "sample_order": state} if state else point)
         kill_point("sweep")  # test hook (lpes_harness.files.kill_point): a kill in the sweep
 
     points, best = [], None
@@ -348,6 +356,8 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
     sweep = {"points": points, "best": best["scale"]}
     if "kind" in best:
         sweep["best_kind"] = best["kind"]
+    if fitness.order_state():
+        sweep["sample_order"] = fitness.order_state()
     atomic_write_json(path, sweep)
     journal.unlink(missing_ok=True)
     return sweep

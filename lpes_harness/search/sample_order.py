@@ -47,6 +47,21 @@ class HardestFirst:
             self.shortfall[key] = self.shortfall.get(key, 0.0) + (self.max_score - float(score))
             self.seen[key] = self.seen.get(key, 0) + 1
 
+    def state_dict(self) -> dict:
+        """The statistics as JSON (a group that is a tuple, a condition's role, becomes a list):
+        saved with every journalled evaluation, so that a resumed search orders its samples as the
+        uninterrupted one would have."""
+        def plain(group):
+            return list(group) if isinstance(group, tuple) else group
+
+        return {"samples": [[plain(g), i, self.shortfall[(g, i)], self.seen[(g, i)]] for g, i in self.seen]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.shortfall, self.seen = {}, {}
+        for group, index, shortfall, seen in state.get("samples", []):
+            key = (tuple(group) if isinstance(group, list) else group, index)
+            self.shortfall[key], self.seen[key] = shortfall, seen
+
     def prior(self) -> float:
         """The mean shortfall of every score recorded so far (0 before any)."""
         seen = sum(self.seen.values())

@@ -57,12 +57,18 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
     ``fitness``, ``info`` and ``forwards``) count as scored.
 
     ``evaluate(scales, threshold) -> (fitness, info)``; ``forwards()`` counts this process's
-    forwards. Returns ``{"best", "points", "forwards", "budget"}``.
+    forwards. An ``evaluate`` with ``order_state`` / ``load_order_state`` (the search's fitness in
+    the hardest sample order) has its statistics journalled with each point and restored from the
+    last one on resume. Returns ``{"best", "points", "forwards", "budget"}``.
     """
     done = {p["label"]: dict(p) for p in known}
+    order_state = getattr(evaluate, "order_state", lambda: None)
     if journal is not None and journal.is_file():
-        for line in read_jsonl(journal):  # a torn last line is skipped: that point is scored again
-            done[line["label"]] = line
+        lines = read_jsonl(journal)  # a torn last line is skipped: that point is scored again
+        for line in lines:
+            done[line["label"]] = {k: v for k, v in line.items() if k != "sample_order"}
+        if lines and lines[-1].get("sample_order"):
+            evaluate.load_order_state(lines[-1]["sample_order"])
     used = sum(p.get("forwards", 0) for p in done.values())
 
     def best():
@@ -81,7 +87,8 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
         used += record["forwards"]
         done[point["label"]] = record
         if journal is not None:
-            append_jsonl(journal, record)
+            state = order_state()
+            append_jsonl(journal, {**record, "sample_order": state} if state else record)
         if progress:
             progress(record)
     chosen = best()
