@@ -7,6 +7,7 @@ import math
 import pytest
 
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
+from lpes_harness.search.loop import Callback
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, FitnessConfig, raced_fitness, raced_groups, roles_order
 from lpes_harness.search.sample_order import HardestFirst
 
@@ -179,24 +180,12 @@ class ResumableFitness(OrderedFitness):
             self.hardest.load_state_dict(state)
 
 
-class Records:
+class Records(Callback):
     def __init__(self):
         self.records = []
 
-    def on_search_start(self, search): ...
-    def on_generation_end(self, search, stats): ...
-    def on_search_end(self, search, result): ...
-    def on_exception(self, search, error): ...
-
     def on_individual(self, search, record):
         self.records.append((record["index"], record["fitness"], record["info"]))
-
-    state_key = "Records"
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state): ...
 
 
 def test_a_search_resumed_mid_generation_races_as_the_uninterrupted_one(tmp_path):
