@@ -99,3 +99,16 @@ def test_the_hardest_sample_order_replays_the_journal_with_the_same_results(fini
     assert summary["evaluations"] == min(20, len(journal)) and summary["changed"] == []
     assert summary["roles_forwards"] == sum(e["forwards"] for e in journal[:20])
     assert 0 < summary["hardest_forwards"]
+
+
+def test_a_seed_that_kept_a_uniform_scale_is_named_pi(benchmark):
+    run = {"method": "ga", "seed": 2, "budget": 8, "forwards": 9, "best": {"fitness": 0.9, "scales": [0.8] * 4},
+           "heldout": {"accuracy": 0.6, "over_vanilla": {"difference": 0.05, "difference_interval": [0.0, 0.1], "p": 0.06},
+                       "over_start": {"difference": 0.0, "difference_interval": [0.0, 0.0], "p": 1.0}}}
+    curve = {**run, "seed": 3, "best": {"fitness": 0.95, "scales": [0.8, 0.9, 1.0, 1.1]}}
+    assert benchmark.kept_uniform(run) == "uniform 0.8 (PI)" and benchmark.kept_uniform(curve) is None
+    record = {"settings": {"task": "multi_needle", "metadata": {}, "pretrained": None, "dtype": "float32",
+                           "fitness": "greedy", "num_samples": 8, "heldout_samples": 40, "sweep": "1,0.8"},
+              "start": 0.8, "runs": [run, curve]}
+    report = benchmark.format_report(record)
+    assert "2, uniform 0.8 (PI): +5.0" in report and "3: +5.0" in report
