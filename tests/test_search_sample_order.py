@@ -160,7 +160,7 @@ class Crash(Exception):
 
 
 class ResumableFitness(OrderedFitness):
-    """OrderedFitness with the statistics a checkpoint saves; ``crash_at``: fail on that call."""
+    """OrderedFitness in the hardest order (its ``hardest`` is what a checkpoint saves); ``crash_at``: fail on that call."""
 
     def __init__(self, crash_at=None):
         super().__init__("hardest")
@@ -171,13 +171,6 @@ class ResumableFitness(OrderedFitness):
         if self.calls == self.crash_at:
             raise Crash
         return super().__call__(scales, threshold)
-
-    def order_state(self):
-        return self.hardest.state_dict()
-
-    def load_order_state(self, state):
-        if state:
-            self.hardest.load_state_dict(state)
 
 
 class Records(Callback):

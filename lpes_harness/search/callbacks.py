@@ -23,6 +23,7 @@ from typing import Sequence
 from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
 from lpes_harness.plots import plot_condition_scores, plot_curve, plot_fitness
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
+from lpes_harness.search.sample_order import load_order_state, order_state
 
 # ------------------------------------------------------------------- checkpoint
 
@@ -64,10 +65,10 @@ class SampleOrderCallback(Callback):
         self.fitness = fitness
 
     def state_dict(self) -> dict:
-        return self.fitness.order_state() or {}
+        return order_state(self.fitness) or {}
 
     def load_state_dict(self, state: dict) -> None:
-        self.fitness.load_order_state(state)
+        load_order_state(self.fitness, state)
 
 
 class CheckpointCallback(Callback):

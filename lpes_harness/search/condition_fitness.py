@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from lpes_harness.lmeval.position_scorer import max_sample_score
@@ -54,7 +55,9 @@ class ConditionsFitness:
             raise ValueError("a conditions fitness needs at least one condition")
         combine_conditions({name: 0.0 for name in configs}, objective)  # the objective is checked now
         self.lm, self.configs, self.objective, self.split = lm, dict(configs), objective, split
-        self.parts = {name: LMEvalFitness(lm, config, split=split) for name, config in self.configs.items()}
+        # The parts only score samples; the order is this object's, over all conditions' groups.
+        self.parts = {name: LMEvalFitness(lm, replace(config, sample_order="roles"), split=split)
+                      for name, config in self.configs.items()}
         self.sizes = {(name, role): n for name, part in self.parts.items() for role, n in part.sizes.items()}
         first = next(iter(self.configs.values()))
         self.hardest = None
@@ -109,13 +112,6 @@ class ConditionsFitness:
         return {"scores": scores, "conditions": conditions, "objective": self.objective,
                 "samples": sum(done.values()), "samples_total": sum(self.sizes.values()), "raced": raced,
                 "mode": next(iter(self.configs.values())).fitness, "eval_seconds": round(seconds, 3)}
-
-    def order_state(self) -> dict | None:
-        return self.hardest.state_dict() if self.hardest else None
-
-    def load_order_state(self, state: dict | None) -> None:
-        if self.hardest and state:
-            self.hardest.load_state_dict(state)
 
     def score_samples(self, group: tuple[str, str], indices: Sequence[int]) -> list[float]:
         """The scores of samples ``indices`` of one condition's role, with the scales set now."""

@@ -298,14 +298,6 @@ class LMEvalFitness:
         info["eval_seconds"] = round(time.perf_counter() - started, 3)
         return fitness, info
 
-    # -- the sample order's statistics (saved with the run's journals, see search.sample_order) --
-    def order_state(self) -> dict | None:
-        return self.hardest.state_dict() if self.hardest else None
-
-    def load_order_state(self, state: dict | None) -> None:
-        if self.hardest and state:
-            self.hardest.load_state_dict(state)
-
     # -- scoring ---------------------------------------------------------------------
     def score_chunk(self, role: str, indices: Sequence[int]) -> list[float]:
         mine = [i for i in indices if i % self.world == self.rank]

@@ -41,6 +41,7 @@ from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
+from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
 
 # ----------------------------------------------------------------------------- callbacks
@@ -324,11 +325,11 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
         saved = json.loads(path.read_text())
         if sorted((p.get("kind", ""), p["scale"]) for p in saved["points"]) == wanted:
             journal.unlink(missing_ok=True)  # left by a kill between the two
-            fitness.load_order_state(saved.get("sample_order"))
+            load_order_state(fitness, saved.get("sample_order"))
             return saved
     lines = read_jsonl(journal) if args.resume else []  # the run's settings were checked: this very sweep's
     if lines:
-        fitness.load_order_state(lines[-1].get("sample_order"))
+        load_order_state(fitness, lines[-1].get("sample_order"))
     if not args.resume:
         journal.unlink(missing_ok=True)
     print(f"sweep: uniform {'factors' if args.scaling == 'both' else 'scales'} "
@@ -336,7 +337,7 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
           + (f" ({len(lines)} scored before the stop, read back from {journal.name})" if lines else ""), flush=True)
 
     def journal_point(point: dict) -> None:
-        state = fitness.order_state()
+        state = order_state(fitness)
         append_jsonl(journal, {**point, "sample_order": state} if state else point)
         kill_point("sweep")  # test hook (lpes_harness.files.kill_point): a kill in the sweep
 
@@ -356,8 +357,8 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
     sweep = {"points": points, "best": best["scale"]}
     if "kind" in best:
         sweep["best_kind"] = best["kind"]
-    if fitness.order_state():
-        sweep["sample_order"] = fitness.order_state()
+    if state := order_state(fitness):
+        sweep["sample_order"] = state
     atomic_write_json(path, sweep)
     journal.unlink(missing_ok=True)
     return sweep

@@ -80,3 +80,17 @@ class HardestFirst:
         prior = self.prior()
         samples = [(group, i) for group in self.rank for i in range(self.sizes[group])]
         return sorted(samples, key=lambda s: (-self.drop[s[0]] * self.expected_shortfall(*s, prior), self.rank[s[0]], s[1]))
+
+
+def order_state(fitness) -> dict | None:
+    """The statistics of a fitness racing in the hardest order (its ``hardest``), to journal beside
+    an evaluation; None in the roles order (nothing to save)."""
+    hardest = getattr(fitness, "hardest", None)
+    return hardest.state_dict() if hardest else None
+
+
+def load_order_state(fitness, state: dict | None) -> None:
+    """Restore what :func:`order_state` journalled (nothing in the roles order, or without a state)."""
+    hardest = getattr(fitness, "hardest", None)
+    if hardest and state:
+        hardest.load_state_dict(state)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from lpes_harness.files import append_jsonl, read_jsonl
+from lpes_harness.search.sample_order import load_order_state, order_state
 
 
 def coarse_to_fine(values: Sequence[float]) -> list[float]:
@@ -57,18 +58,16 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
     ``fitness``, ``info`` and ``forwards``) count as scored.
 
     ``evaluate(scales, threshold) -> (fitness, info)``; ``forwards()`` counts this process's
-    forwards. An ``evaluate`` with ``order_state`` / ``load_order_state`` (the search's fitness in
-    the hardest sample order) has its statistics journalled with each point and restored from the
-    last one on resume. Returns ``{"best", "points", "forwards", "budget"}``.
+    forwards. The search's fitness racing in the hardest sample order has its statistics journalled
+    with each point and restored from the last one on resume (:mod:`lpes_harness.search.sample_order`). Returns ``{"best", "points", "forwards", "budget"}``.
     """
     done = {p["label"]: dict(p) for p in known}
-    order_state = getattr(evaluate, "order_state", lambda: None)
     if journal is not None and journal.is_file():
         lines = read_jsonl(journal)  # a torn last line is skipped: that point is scored again
         for line in lines:
             done[line["label"]] = {k: v for k, v in line.items() if k != "sample_order"}
-        if lines and lines[-1].get("sample_order"):
-            evaluate.load_order_state(lines[-1]["sample_order"])
+        if lines:
+            load_order_state(evaluate, lines[-1].get("sample_order"))
     used = sum(p.get("forwards", 0) for p in done.values())
 
     def best():
@@ -87,7 +86,7 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
         used += record["forwards"]
         done[point["label"]] = record
         if journal is not None:
-            state = order_state()
+            state = order_state(evaluate)
             append_jsonl(journal, {**record, "sample_order": state} if state else record)
         if progress:
             progress(record)
