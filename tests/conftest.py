@@ -1,10 +1,20 @@
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# A session converts each real GGUF once into a cache of its own (lpes_harness.gguf_cache), which its
+# subprocesses share: so every run of the suite runs the conversion, and no test reads or fills ~/.cache.
+_GGUF_CACHE = tempfile.mkdtemp(prefix="lpes-test-cache-")
+os.environ.setdefault("LPES_CACHE_DIR", _GGUF_CACHE)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_GGUF_CACHE, ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

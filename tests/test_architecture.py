@@ -128,7 +128,7 @@ LAYERS = ("core", "methods", "lmeval and tasks", "evaluation", "search", "comman
 # layer of its library part: where its importers need it, which its own imports allow.
 LAYER_OF = {
     **dict.fromkeys((
-        "", "arg_values", "curves", "files", "models", "named_path", "plots", "rope", "rope_anatomy", "rope_factors",
+        "", "arg_values", "curves", "files", "gguf_cache", "models", "named_path", "plots", "rope", "rope_anatomy", "rope_factors",
         "rope_math", "scales_args", "scales_file", "scaling",
     ), "core"),
     # every way of changing a model at inference, the table of them, and what they share

@@ -34,9 +34,10 @@ def model_layer_types(pretrained: str | None, gguf_file: str | None = None) -> l
     ``full_attention``, at every layer."""
     from transformers import AutoConfig
 
+    from lpes_harness.gguf_cache import loadable
     from lpes_harness.models import config_layer_types, resolve_pretrained
 
-    directory, gguf_name = resolve_pretrained(pretrained, gguf_file)
+    directory, gguf_name = loadable(*resolve_pretrained(pretrained, gguf_file), convert=False)
     config = AutoConfig.from_pretrained(directory, gguf_file=gguf_name) if gguf_name else AutoConfig.from_pretrained(directory)
     return config_layer_types(config)
 

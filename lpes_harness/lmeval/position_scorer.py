@@ -59,6 +59,7 @@ class PositionScorer:
                  mode="greedy", scorer="answer-logits", chat_template=None, task_manager=None, batch_size=1):
         from lm_eval.tasks import TaskManager
 
+        from lpes_harness.tasks import TASKS_DIR
         from lpes_harness.tasks.position import resolve_task
 
         self.lm, self.mode, self.scorer, self.batch_size = lm, mode, scorer, batch_size
@@ -67,7 +68,10 @@ class PositionScorer:
             chat_template = position_task.chat_template and has_chat_template(lm)
         self.chat_template = bool(chat_template)
         metadata = {**(metadata or {}), "split": split, "num_samples": num_samples}
-        self.task_manager = task_manager or TaskManager(metadata=metadata)
+        # Our task folder alone: every position task's YAML is there, and indexing lm-eval's ~14,000
+        # task files as well costs 10-20 s each time a search, a held-out table or a tuning starts.
+        self.task_manager = task_manager or TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                                                        metadata=metadata)
         names = {percent: position_task.subtask_name(percent) for percent in sorted(set(percents))}
         unknown = [name for name in names.values() if name not in self.task_manager.all_tasks]
         if unknown:
