@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -84,6 +85,7 @@ def _convert(gguf_path: Path, target: Path) -> bool:
     temporary = target.parent / f".{target.name}.partial-{os.getpid()}"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)  # before the slow load: a bad cache fails at once
+        print(f"converting {gguf_path.name} once into {target} (later loads read that folder)", file=sys.stderr)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -159,6 +159,16 @@ def test_a_plan_fits_its_budget(budget, seconds):
     assert chosen.population == chosen.parents + chosen.mutants + chosen.crossovers and chosen.parents >= 2
 
 
+def test_every_sample_order_has_its_measured_racing_saving_and_the_cheaper_order_plans_more():
+    from lpes_harness.search.budget import RACING_SAVING, plan
+    from lpes_harness.search.sample_order import SAMPLE_ORDERS
+
+    assert set(RACING_SAVING) == set(SAMPLE_ORDERS)
+    sized = {order: plan(3600, 1.0, positions=5, search_samples=8, sweep_points=2, racing_saving=saving).individuals
+             for order, saving in RACING_SAVING.items()}
+    assert sized["hardest"] > sized["roles"] > plan(3600, 1.0, positions=5, search_samples=8, sweep_points=2).individuals
+
+
 def test_a_budget_without_room_for_a_search_says_what_would_do():
     from lpes_harness.search.budget import BudgetTooSmall, parse_duration, plan
 
