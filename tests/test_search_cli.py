@@ -137,6 +137,7 @@ def test_resume_with_other_settings_fails_and_changes_no_file(single_run, checkp
     ("--task", "needle", "fitness.task"),
     ("--num-samples", "4", "fitness.num_samples"),
     ("--dtype", "float16", "model.dtype"),  # neither float32 nor bfloat16: auto picks one of them, by CPU
+    ("--initial", "random", "search.initial"),
 ])  # fmt: skip
 def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, checkpoint, tmp_path, flag, value, field):
     import shutil
@@ -153,6 +154,18 @@ def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, 
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"different settings: {field}: saved" in done.stderr
     assert {p.name: p.read_bytes() for p in output.iterdir()} == before
+
+
+def test_a_random_search_is_the_start_and_random_draws_each_raced_against_the_best(checkpoint, tmp_path):
+    output = tmp_path / "random"
+    args = ga_args(checkpoint, output, generations=0)
+    for flag, value in (("--population", "5"), ("--parents", "1"), ("--mutants", "4"), ("--crossovers", "0")):
+        args[args.index(flag) + 1] = value
+    done = run([sys.executable, GA, *args, "--initial", "random"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = history(output)
+    assert [r["origin"] for r in records] == ["initial"] + ["random"] * 4
+    assert json.loads((output / "config.json").read_text())["search"]["initial"] == "random"
 
 
 def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_samples(checkpoint, tmp_path):

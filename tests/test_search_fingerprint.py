@@ -114,6 +114,10 @@ def test_generations_may_grow_and_nothing_else():
     assert mismatches(saved, fingerprint(dict(SETTINGS, generations=2))) == ["search.generations: saved 4, now 2 (it may only grow)"]
     assert mismatches(saved, fingerprint(dict(SETTINGS, population=9, mutation="joint"))) == [
         "search.mutation: saved 'paper', now 'joint'", "search.population: saved 8, now 9"]
+    # A random generation 0 is another search; the paper's (absent from older fingerprints) is not a change.
+    assert mismatches(saved, fingerprint(dict(SETTINGS, initial="mutants"))) == []
+    assert mismatches(saved, fingerprint(dict(SETTINGS, initial="random"))) == [
+        "search.initial: saved (absent), now 'random'"]
 
 
 def test_a_missing_setting_shows_as_absent_and_another_format_is_one_line():

@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from lpes_harness.search import Callback, GeneticSearch, GenomeSpec, SearchConfig, cache_key
+from lpes_harness.search import Callback, GeneticSearch, GenomeSpec, SearchConfig, cache_key, initial_genome
+from lpes_harness.search.genome import ramp_genome
 
 SMALL = SearchConfig(population=10, parents=4, mutants=4, crossovers=2, generations=5, seed=1)
 
@@ -64,6 +65,47 @@ def test_generation_zero_is_the_initial_individual_and_its_mutants():
     assert first[0]["origin"] == "initial"
     assert first[0]["genome"] == [[0.0, 1.5], [6.0, 1.5], [11.0, 1.5]]
     assert {r["origin"] for r in first[1:]} == {"mutant"}
+
+
+def test_a_ramp_start_is_a_straight_line_and_generation_zero_grows_around_it():
+    spec = GenomeSpec(num_layers=30, num_points=4, y_min=0.25, y_max=2.5, y_step=0.05)
+    ramp = ramp_genome(spec, 0.6, 1.4)
+    assert spec.is_valid(ramp) and [x for x, _ in ramp] == [x for x, _ in initial_genome(spec)]
+    line = [0.6 + 0.8 * layer / 29 for layer in range(30)]
+    assert max(abs(s - t) for s, t in zip(spec.scales(ramp), line)) < spec.y_step  # the line, up to the grid
+    assert ramp_genome(spec, 0.8, 0.8) == initial_genome(spec.starting_at(0.8))
+    search = GeneticSearch(spec, synthetic_fitness, SearchConfig(population=6, parents=2, mutants=3, crossovers=1,
+                                                                 generations=0, seed=1), [recorder := Recorder()],
+                           start=ramp)
+    search.run()
+    assert recorder.records[0]["origin"] == "initial" and recorder.records[0]["genome"] == [list(p) for p in ramp]
+    assert {r["origin"] for r in recorder.records[1:]} == {"mutant"}
+
+
+def test_a_random_generation_zero_is_the_start_and_valid_random_genomes_and_a_resume_knows_it():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    config = SearchConfig(**{**SMALL.to_dict(), "initial": "random"})
+    search, _, recorder = run_search(spec, config)
+    first = [r for r in recorder.records if r["generation"] == 0]
+    assert first[0]["origin"] == "initial" and {r["origin"] for r in first[1:]} == {"random"}
+    assert all(spec.is_valid(r["genome"]) for r in first)
+    # Far from the start: a mutant moves each point's y by at most My (0.2); random draws go anywhere.
+    spread = max(abs(y - 1.5) for r in first[1:] for _, y in r["genome"])
+    assert spread > SMALL.my
+    assert "initial" in config.to_dict() and "initial" not in SMALL.to_dict()  # older states still compare equal
+    paper = GeneticSearch(spec, synthetic_fitness, SMALL)
+    with pytest.raises(ValueError, match="initial: saved 'random', now"):
+        paper.load_state_dict(search.state_dict())
+    with pytest.raises(ValueError, match="initial must be one of mutants, random"):
+        SearchConfig(initial="sobol")
+
+
+def test_a_start_off_the_grid_is_refused():
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    with pytest.raises(ValueError, match="start genome is not valid.*off the grid"):
+        GeneticSearch(spec, synthetic_fitness, SMALL, start=[(0, 1.5), (6, 1.55), (11, 1.5)])
+    with pytest.raises(ValueError, match="scaling both"):
+        ramp_genome(GenomeSpec(num_layers=12, num_points=3, brute_force=True, x_step=1), 1.0, 1.2)
 
 
 def test_each_generation_is_the_top_parents_plus_crossover_children_plus_mutants():

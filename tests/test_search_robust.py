@@ -169,6 +169,24 @@ def test_every_sample_order_has_its_measured_racing_saving_and_the_cheaper_order
     assert sized["hardest"] > sized["roles"] > plan(3600, 1.0, positions=5, search_samples=8, sweep_points=2).individuals
 
 
+def test_a_random_search_plan_is_the_start_and_draws_raced_against_the_best_and_fits_its_budget():
+    from lpes_harness.search import SearchConfig
+    from lpes_harness.search.budget import RANDOM_DRAW_SAVING, plan
+
+    chosen = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5,
+                  racing_saving=RANDOM_DRAW_SAVING, initial="random")
+    assert (chosen.parents, chosen.crossovers, chosen.generations) == (1, 0, 0)
+    draws = chosen.population - 1
+    assert draws == chosen.mutants >= 6 and "random draws raced against the best so far" in chosen.describe(5)
+    SearchConfig(population=chosen.population, parents=1, mutants=chosen.mutants, crossovers=0, generations=0,
+                 initial="random")  # a valid search
+    # Sweep unraced, each draw at its planned saving, the held-out table in full: within the budget.
+    planned = 5 + 2 * 5 * 8 + draws * 5 * 8 * (1 - RANDOM_DRAW_SAVING) + chosen.heldout_rows * 5 * chosen.heldout_samples
+    assert planned <= 600
+    mutants = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5, racing_saving=0.3)
+    assert draws > mutants.individuals  # a draw that wrecks the model costs one chunk
+
+
 def test_a_budget_without_room_for_a_search_says_what_would_do():
     from lpes_harness.search.budget import BudgetTooSmall, parse_duration, plan
 

@@ -32,6 +32,12 @@ DEFAULT_GAIN, DEFAULT_LOST, DEFAULT_ALPHA = 0.10, 0.03, 0.01
 # the roles order used 1,072 (13.5 % saved), the hardest order 756 (39 %; benchmarks/sample_order.py).
 # Each is planned a little under what was measured: a plan that runs short is better than one that runs over.
 RACING_SAVING = {"roles": 0.10, "hardest": 0.30}
+# The same for a random search (--initial random): most random draws wreck the model, and racing against
+# the start's fitness stops them after one chunk. Measured on the sweep-random runs of
+# results/search_efficiency at 300 forwards (seeds 1-3, roles order): 58 draws in 692 forwards, 11.9
+# a draw of 40 (70 % saved; the worst seed 16.0, 60 %); the demo's three runs (hardest order, AVX2-only CPU,
+# results/demo_random_avx2): 48 draws in 444 forwards, 9.3 a draw (77 %). Planned at the worst seed's.
+RANDOM_DRAW_SAVING = 0.60
 
 
 class BudgetTooSmall(ValueError):
@@ -76,6 +82,7 @@ class Plan:
     mutants: int
     crossovers: int
     generations: int
+    initial: str = "mutants"  # "random": a random search, every individual a draw of generation 0
 
     @property
     def individuals(self) -> int:
@@ -84,10 +91,12 @@ class Plan:
     def describe(self, positions: int) -> str:
         search = (self.sweep_points + self.individuals) * positions * self.search_samples
         heldout = self.heldout_rows * positions * self.heldout_samples
+        shape = (f"{self.population - 1} random draws raced against the best so far" if self.initial == "random" else
+                 f"population {self.population}, {self.generations} generations of {self.crossovers} crossover + "
+                 f"{self.mutants} mutants")
         return (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
-                f"search of {self.sweep_points} sweep points + {self.individuals} individuals (population "
-                f"{self.population}, {self.generations} generations of {self.crossovers} crossover + {self.mutants} "
-                f"mutants) on {self.search_samples} samples per position, at most {search} forwards; then a held-out "
+                f"search of {self.sweep_points} sweep points + {self.individuals} individuals ({shape}) on "
+                f"{self.search_samples} samples per position, at most {search} forwards; then a held-out "
                 f"table of {self.heldout_rows} rows x {self.heldout_samples} samples per position ({heldout} "
                 f"forwards), enough for a +{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
 
@@ -96,7 +105,8 @@ class Plan:
 
 
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
-         sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0) -> Plan:
+         sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
+         initial: str = "mutants") -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
@@ -105,22 +115,27 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     heldout_forwards = heldout_rows * positions * heldout
     forwards = (budget_seconds - overhead_seconds) / seconds_per_sample - heldout_forwards
     per_individual = positions * search_samples * (1 - racing_saving)
-    individuals = int(forwards / per_individual) - sweep_points
+    # The sweep's points are planned unraced: the first has no bound to race against, and each later
+    # one races only the points before it, not a search's best.
+    sweep_forwards = sweep_points * positions * search_samples
+    individuals = int((forwards - sweep_forwards) / per_individual)
     # The smallest search worth the name: a population of 4 and one generation of 2 children.
     if individuals < 6:
-        need = overhead_seconds + seconds_per_sample * (heldout_forwards + (sweep_points + 6) * per_individual)
+        need = overhead_seconds + seconds_per_sample * (heldout_forwards + sweep_forwards + 6 * per_individual)
         raise BudgetTooSmall(
             f"a time budget of {budget_seconds / 60:.1f} min holds a held-out table able to show a "
             f"+{100 * DEFAULT_GAIN:.0f}-point gain at p < {DEFAULT_ALPHA} ({heldout_rows} rows x {heldout} samples "
             f"per position at {seconds_per_sample:.2f} s a sample) but no search beside it; give at least "
             f"{math.ceil(need / 60)} min")
+    common = dict(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
+                  heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial)
+    if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
+        return Plan(**common, population=individuals + 1, parents=1, mutants=individuals, crossovers=0, generations=0)
     population = max(4, min(12, individuals // 3))
     children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
     crossovers = 1
     mutants = children - crossovers
     parents = population - children
     generations = max(1, (individuals - population) // children)
-    return Plan(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
-                heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points,
-                population=population, parents=parents, mutants=mutants, crossovers=crossovers,
+    return Plan(**common, population=population, parents=parents, mutants=mutants, crossovers=crossovers,
                 generations=generations)

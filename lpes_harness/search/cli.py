@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     ga.add_argument("--mutation", default="paper", choices=["paper", "joint"],
                     help="paper (default): Eq. 4, point k's new x between its old neighbours, within Mx; "
                          "joint: all x moved at once within Mx, only the final order kept (wider than the paper)")
+    ga.add_argument("--initial", default="mutants", choices=["mutants", "random"],
+                    help="generation 0 beside the start: mutants of it (default, the paper's) or random valid genomes "
+                         "(wider: --initial random --generations 0 --parents 1 --crossovers 0 is a random search "
+                         "raced against the best so far)")
     ga.add_argument("--seed", type=int, default=0)
     ga.add_argument("--sweep", default="none",
                     help="uniform scales scored first, e.g. 1,0.8,1.2; the best starts the search (it does not "
@@ -166,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--time-budget", default=None, metavar="DURATION",
                      help="e.g. 10m or 1h: time the first forwards, then size the population, generations and the "
                           "held-out table so that the run ends within it (the table large enough for a +10-point "
-                          "gain to reach p < 0.01), print the plan; refused before the search when it cannot be")
+                          "gain to reach p < 0.01), print the plan; refused before the search when it cannot be. "
+                          "With --initial random the search is the start and as many random draws as fit")
     out.add_argument("--heldout-extra", default="pi,uniform",
                      help="the held-out table's rows besides vanilla and the best curve: a comma list of 'pi' "
                           "(the curve's mean, uniform) and 'uniform' (the sweep's best uniform scale, when it is "

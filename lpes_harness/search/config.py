@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from lpes_harness.search.operators import check_mutation
 
+INITIAL_POPULATIONS = ("mutants", "random")
 FORMER_NAMES = {"population_size": "population", "num_parents": "parents", "num_mutants": "mutants",
                 "num_crossovers": "crossovers", "mutation_x": "mx", "mutation_y": "my"}
 
@@ -32,6 +33,10 @@ class SearchConfig:
     cache_decimals: int = 6
     mutation: str = "paper"  # "paper": Equation 4's intervals; "joint": the wider joint draw (operators.py)
     my_base: float | None = None  # scaling both: the base curve's My (None: as many steps as My)
+    # Generation 0 beside the start: "mutants" of it (the paper's), or "random" valid genomes drawn
+    # uniformly, which look far from the start (benchmarks/search_efficiency.py: random draws found a
+    # per-layer curve in fewer forwards than the start's mutants; racing drops a wrecking draw in one chunk).
+    initial: str = "mutants"
 
     def __post_init__(self):
         for f in fields(self):
@@ -56,16 +61,21 @@ class SearchConfig:
         if not (self.mx >= 0 and self.my >= 0) or (self.my_base is not None and not self.my_base >= 0):
             raise ValueError(f"mutation steps must be >= 0, got Mx={self.mx}, My={self.my}, My_base={self.my_base}")
         check_mutation(self.mutation)
+        if self.initial not in INITIAL_POPULATIONS:
+            raise ValueError(f"initial must be one of {', '.join(INITIAL_POPULATIONS)}, got {self.initial!r}")
 
     def planned_individuals(self) -> int:
         """Upper bound on individuals the run processes (each crossover may evaluate 2 children)."""
         return self.population + self.generations * (2 * self.crossovers + self.mutants)
 
     def to_dict(self) -> dict:
-        """As a checkpoint keeps it; ``my_base`` only when set (states saved before it still compare equal)."""
+        """As a checkpoint keeps it; ``my_base`` only when set and ``initial`` only when not the paper's
+        (states saved before them still compare equal)."""
         values = asdict(self)
         if values["my_base"] is None:
             del values["my_base"]
+        if values["initial"] == "mutants":
+            del values["initial"]
         return values
 
     @classmethod

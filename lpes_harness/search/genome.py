@@ -300,6 +300,18 @@ def initial_genome(spec: GenomeSpec) -> Genome:
     return spec.from_cells(cells)
 
 
+def ramp_genome(spec: GenomeSpec, first_y: float, last_y: float) -> Genome:
+    """A straight line from ``first_y`` at layer 0 to ``last_y`` at the last layer, as a genome: the
+    start's control points (:func:`initial_genome`, evenly spaced in x) with each y on that line,
+    snapped to the grid. A Bézier curve through evenly spaced collinear points is that line, so
+    the curve's scales follow it up to the grid's rounding. ``first_y == last_y`` is the uniform start."""
+    if spec.both or spec.brute_force:
+        raise ValueError("ramp_genome draws one Bézier curve's control points; a spec of scaling both or a "
+                         "brute-force spec has another genome")
+    last_layer = spec.num_layers - 1
+    return [(x, spec.snap_y(first_y + (last_y - first_y) * x / last_layer)) for x, _ in initial_genome(spec)]
+
+
 def random_brute_force_genome(spec: GenomeSpec, rng: random.Random) -> Genome:
     """One scale per layer, each drawn uniformly from the y grid, i.e. U(y_min, y_max) on the grid."""
     if not spec.brute_force:

@@ -1,7 +1,8 @@
 """The search loop: the paper's Algorithm 1, with a fitness cache, callbacks and resumable state.
 
 Generation 0 is the initial population: the paper's starting individual ``(k(L-1)/d, 1.5)``
-and ``population - 1`` of its mutants (brute-force mode: ``population`` random
+(or the ``start`` genome given) and ``population - 1`` of its mutants (``initial="random"``: as many
+uniformly random valid genomes) (brute-force mode: ``population`` random
 per-layer genomes). Each of the ``generations`` that follow is::
 
     parents   = the `parents` fittest of the population
@@ -48,7 +49,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from lpes_harness.curves import smoothness
-from lpes_harness.search.genome import GenomeSpec, initial_genome, make_individual, random_brute_force_genome
+from lpes_harness.search.genome import (GenomeSpec, initial_genome, make_individual, random_brute_force_genome,
+                                        random_genome)
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import state_mismatches
 from lpes_harness.search.operators import build_toolbox, fitter
@@ -108,7 +110,13 @@ class GeneticSearch:
         evaluate: EvaluateFn,
         config: SearchConfig = SearchConfig(),
         callbacks: Sequence[Callback] = (),
+        start: Sequence[Sequence[float]] | None = None,
     ):
+        # ``start``: generation 0's first individual, around which the rest are its mutants (default
+        # :func:`initial_genome`, the paper's flat start at ``spec.initial_y``).
+        if start is not None and not spec.is_valid(start):
+            raise ValueError(f"the start genome is not valid for this spec: {'; '.join(spec.violations(start))}")
+        self.start = [(float(x), float(y)) for x, y in start] if start is not None else None
         self.spec = spec
         self.config = config
         self.callbacks = list(callbacks)
@@ -174,13 +182,17 @@ class GeneticSearch:
             for individual in population:
                 individual.origin = "random"
         else:
-            first = make_individual(initial_genome(self.spec))
+            first = make_individual(self.start if self.start is not None else initial_genome(self.spec))
             first.origin = "initial"
             population = [first]
             for _ in range(self.config.population - 1):
-                (mutant,) = self.toolbox.mutate(self.toolbox.clone(first))
-                mutant.origin = "mutant"
-                population.append(mutant)
+                if self.config.initial == "random":
+                    other = make_individual(random_genome(self.spec, self.rng))
+                    other.origin = "random"
+                else:
+                    (other,) = self.toolbox.mutate(self.toolbox.clone(first))
+                    other.origin = "mutant"
+                population.append(other)
         self._kept_fitnesses = []
         for individual in population:
             self._assign_fitness(individual)

@@ -273,14 +273,15 @@ def _start_from(spec, args, sweep: dict):
 
 def _apply_budget(args, fitness, per_sample: float, spent: float, several: bool, conditions: int) -> None:
     """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
-    from lpes_harness.search.budget import RACING_SAVING, BudgetTooSmall, plan
+    from lpes_harness.search.budget import RACING_SAVING, RANDOM_DRAW_SAVING, BudgetTooSmall, plan
 
     positions = sum(fitness.sizes.values()) // args.num_samples
     try:
         chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
                       sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
                       heldout_rows=2 + ("pi" in args.heldout_extra), overhead_seconds=spent,
-                      racing_saving=RACING_SAVING[args.sample_order] if args.racing else 0.0)
+                      racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
+                      if args.racing else 0.0, initial=args.initial)
     except BudgetTooSmall as err:
         fail(f"--time-budget {args.time_budget}: {err}")
     for name in ("population", "parents", "mutants", "crossovers", "generations"):
