@@ -393,16 +393,23 @@ def sweep_start(run: Run, args, num_layers: int) -> dict:
     return sweep
 
 
+def sweep_cache(spec, sweep: dict, decimals: int) -> dict:
+    """The sweep's complete points as a GeneticSearch cache (as ``lpes_harness.search.run`` seeds it):
+    the start and the other uniform points are served again for no forwards."""
+    from lpes_harness.search import cache_key
+
+    return {cache_key(spec.uniform(p["scale"]), decimals): (p["fitness"], p["info"])
+            for p in sweep["points"] if not (p.get("info") or {}).get("raced")}
+
+
 def run_ga(run: Run, args, num_layers: int, seed: int) -> None:
-    from lpes_harness.search import GeneticSearch, cache_key
+    from lpes_harness.search import GeneticSearch
 
     sweep = sweep_start(run, args, num_layers)
     spec = genome_spec(args, num_layers).starting_at(sweep["best"])
     config = ga_config(args, seed)
     search = GeneticSearch(spec, run, config, [_recorder(run)])
-    for point in sweep["points"]:  # as lpes_harness.search.run seeds the cache with the sweep
-        if not (point.get("info") or {}).get("raced"):
-            search.cache[cache_key(spec.uniform(point["scale"]), config.cache_decimals)] = (point["fitness"], point["info"])
+    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))
     search.run()
 
 
@@ -420,8 +427,7 @@ def run_ga_ramps(run: Run, args, num_layers: int, seed: int) -> None:
     spec = genome_spec(args, num_layers).starting_at(sweep["best"])
     config = ga_config(args, seed)
     best_fitness, start = sweep["best_point"]["fitness"], initial_genome(spec)
-    known = {cache_key(spec.uniform(p["scale"]), config.cache_decimals): (p["fitness"], p["info"])
-             for p in sweep["points"] if not (p.get("info") or {}).get("raced")}
+    known = sweep_cache(spec, sweep, config.cache_decimals)
     for first, last in permutations(RAMP_ENDS, 2):
         genome = ramp_genome(spec, first, last)
         scales = spec.scales(genome)
@@ -440,16 +446,14 @@ def run_sweep_random(run: Run, args, num_layers: int, seed: int) -> None:
     """Random search from the sweep's start, as ``lpes-search --initial random --generations 0 --parents 1
     --crossovers 0`` runs it: generation 0 is the sweep's best and random valid genomes, each raced
     against the best so far (which the start makes high from the first draw)."""
-    from lpes_harness.search import GeneticSearch, SearchConfig, cache_key
+    from lpes_harness.search import GeneticSearch, SearchConfig
 
     sweep = sweep_start(run, args, num_layers)
     spec = genome_spec(args, num_layers).starting_at(sweep["best"])
     config = SearchConfig(population=SWEEP_RANDOM_DRAWS, parents=1, mutants=SWEEP_RANDOM_DRAWS - 1, crossovers=0,
                           generations=0, mx=args.mx, my=args.my, seed=seed, mutation="paper", initial="random")
     search = GeneticSearch(spec, run, config, [_recorder(run)])
-    for point in sweep["points"]:  # the start is scored: served from the cache, as in run_ga
-        if not (point.get("info") or {}).get("raced"):
-            search.cache[cache_key(spec.uniform(point["scale"]), config.cache_decimals)] = (point["fitness"], point["info"])
+    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))  # the start is scored: served again
     search.run()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lpes_harness.models import DTYPES
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS
+from lpes_harness.search.config import INITIAL_POPULATIONS
 from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.condition_fitness import CONDITION_OBJECTIVES
 from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile_heldout_samples
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     ga.add_argument("--mutation", default="paper", choices=["paper", "joint"],
                     help="paper (default): Eq. 4, point k's new x between its old neighbours, within Mx; "
                          "joint: all x moved at once within Mx, only the final order kept (wider than the paper)")
-    ga.add_argument("--initial", default="mutants", choices=["mutants", "random"],
+    ga.add_argument("--initial", default="mutants", choices=INITIAL_POPULATIONS,
                     help="generation 0 beside the start: mutants of it (default, the paper's) or random valid genomes "
                          "(wider: --initial random --generations 0 --parents 1 --crossovers 0 is a random search "
                          "raced against the best so far)")
