@@ -29,8 +29,9 @@ $(VENV)/.installed: pyproject.toml
 # first forwards, then keeps a held-out table able to show a +10-point gain at p < 0.01 (30 samples
 # of every gold position, vanilla and the found scales: results/demo/heldout.*) and fills the rest
 # with a random search of per-layer curves on multi_needle from the best of uniform 1 and 0.8, each
-# draw raced against the best so far (searches/configs/smollm2_demo.json; it found a curve in fewer
-# forwards than the GA: results/search_efficiency). Then the found scales through the ordinary
+# draw raced against the best so far, drawing until the deadline that leaves the table its time
+# (searches/configs/smollm2_demo.json; it found a curve in fewer forwards than the GA:
+# results/search_efficiency). Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
 # reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with native bfloat16), else

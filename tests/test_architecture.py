@@ -159,7 +159,8 @@ LAYER_OF = {
         "search", "search.budget", "search.callbacks", "search.condition_fitness", "search.config",
         "search.distributed", "search.final_choice", "search.fingerprint", "search.fitness", "search.genome",
         "search.heldout", "search.loop", "search.operators", "search.profiles", "search.run_record",
-        "search.sample_order", "search.selection", "search.sweep", "search.uniform_tuning", "search.validate",
+        "search.sample_order", "search.selection", "search.sweep", "search.timing", "search.uniform_tuning",
+        "search.validate",
     ), "search"),
     # entry points: lpes-search (run, its parser cli), lpes-report, lpes-check (validity), python -m ...
     **dict.fromkeys((

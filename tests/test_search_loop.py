@@ -343,3 +343,133 @@ def test_non_finite_fitness_is_rejected():
     spec = GenomeSpec(num_layers=12, num_points=3)
     with pytest.raises(ValueError, match="non-finite"):
         GeneticSearch(spec, lambda ind: (float("nan"), {}), SMALL).run()
+
+
+# ------------------------------------------------------------------ stopping early
+
+
+class StopAfter(Callback):
+    """Sets ``should_stop`` once ``count`` individuals were reported, as a time limit would."""
+
+    def __init__(self, count):
+        self.count, self.seen = count, 0
+
+    def on_individual(self, search, record):
+        self.seen += 1
+        if self.seen >= self.count:
+            search.should_stop = True
+
+
+@pytest.mark.parametrize("initial", ["mutants", "random"])
+def test_a_stop_ends_generation_zero_with_the_individuals_processed_and_runs_no_further_generation(initial):
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    config = SearchConfig(**{**SMALL.to_dict(), "initial": initial})
+    recorder = Recorder()
+    search = GeneticSearch(spec, synthetic_fitness, config, [recorder, StopAfter(4)])
+    result = search.run()
+    assert len(recorder.records) == result["processed"] == 4 and result["stopped_early"]
+    assert result["completed_generation"] == 0 and len(recorder.stats) == 1 and len(search.population) == 4
+    assert recorder.ended == 1  # it ends like a finished search: the callbacks write their files
+    # A stop in a later generation keeps its parents and the children made before it (a crossover
+    # evaluates its two children, and keeps the fitter).
+    recorder = Recorder()
+    late = GeneticSearch(spec, synthetic_fitness, config, [recorder, StopAfter(config.population + 2)]).run()
+    assert late["processed"] == config.population + 2 and late["completed_generation"] == 1
+    assert len(recorder.populations[-1]) == config.parents + 1
+
+
+def test_without_a_stop_the_result_says_so():
+    _, result, _ = run_search(GenomeSpec(num_layers=12, num_points=3), SMALL)
+    assert result["stopped_early"] is False and result["completed_generation"] == SMALL.generations
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def timed(clock, seconds_each, evaluate=synthetic_fitness):
+    def evaluate_timed(scales):
+        clock.now += seconds_each
+        return evaluate(scales)
+    return evaluate_timed
+
+
+def test_a_time_limit_stops_the_search_before_an_individual_would_run_past_it(monkeypatch):
+    from lpes_harness.search import callbacks
+
+    clock = FakeClock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    config = SearchConfig(**{**SMALL.to_dict(), "population": 40, "parents": 1, "mutants": 39, "crossovers": 0,
+                             "generations": 0, "initial": "random"})
+    limit = callbacks.TimeLimitCallback(100.0)
+    result = GeneticSearch(spec, timed(clock, 7.0), config, [limit]).run()
+    # 7 s each: 14 individuals make 98 s, and a 15th would end at 105 s.
+    assert result["processed"] == 14 and result["stopped_early"] and clock.now == 98.0
+    assert limit.state_dict()["spent_seconds"] == 98.0 and limit.state_dict()["individuals"] == 14
+    with pytest.raises(ValueError, match="no limit"):
+        GeneticSearch(spec, synthetic_fitness, config, [callbacks.TimeLimitCallback(None)]).run()
+
+
+def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a_forward(monkeypatch):
+    from lpes_harness.search import callbacks
+
+    clock = FakeClock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    config = SearchConfig(**{**SMALL.to_dict(), "population": 60, "parents": 1, "mutants": 59, "crossovers": 0,
+                             "generations": 0, "initial": "random"})
+
+    def ten_forwards(scales):
+        fitness, info = synthetic_fitness(scales)
+        return fitness, {**info, "samples": {"begin": 4, "middle": 3, "end": 3}}
+
+    def processed(after_forwards, seconds_per_forward):
+        limit = callbacks.TimeLimitCallback(200.0, after_forwards=after_forwards, seconds_per_forward=seconds_per_forward)
+        return GeneticSearch(spec, timed(clock, 7.0, ten_forwards), config, [limit]).run()["processed"]
+
+    # A table of 50 forwards, timed at start-up at 2 s each (100 s set aside); from the 4th individual on
+    # (40 forwards) the search's own 0.7 s a forward (35 s): it stops once less than 7 s is left,
+    # 200 - 7 k - 35 < 7, after 23 individuals.
+    assert processed(50, 2.0) == 23
+    assert processed(0, 2.0) == 28  # nothing after it: the whole 200 s, 28 x 7 = 196
+    assert callbacks.TimeLimitCallback.RATE_AFTER_FORWARDS == 40
+
+
+def test_a_time_limit_counts_on_after_a_resume_and_a_spent_one_evaluates_nothing_new(monkeypatch):
+    from lpes_harness.search import callbacks
+
+    clock = FakeClock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
+    spec = GenomeSpec(num_layers=12, num_points=3)
+    config = SearchConfig(**{**SMALL.to_dict(), "population": 40, "parents": 1, "mutants": 39, "crossovers": 0,
+                             "generations": 0, "initial": "random"})
+    evaluated = []
+
+    def crashing(scales):
+        if len(evaluated) == 6:
+            raise Crash
+        evaluated.append(cache_key(scales))
+        return synthetic_fitness(scales)
+
+    saver = SaveState()
+    with pytest.raises(Crash):
+        GeneticSearch(spec, timed(clock, 7.0, crashing), config, [callbacks.TimeLimitCallback(100.0), saver]).run()
+    state = json.loads(saver.saved)
+    assert state["callbacks"]["TimeLimitCallback"]["spent_seconds"] == 42.0  # 6 individuals at 7 s
+    # The resumed run replays the 6 from the cache, then evaluates until the limit: 14 in all, as uninterrupted.
+    evaluated_before = len(evaluated)
+    clock.now = 1000.0  # whatever the clock reads now: the limit counts the search's own seconds
+    resumed = GeneticSearch(spec, timed(clock, 7.0), config,
+                            [limit := callbacks.TimeLimitCallback(None)])
+    resumed.load_state_dict(state)
+    result = resumed.run()
+    assert result["processed"] == 14 and resumed.evaluations == 8 and evaluated_before == 6
+    # Resumed again once spent: the finished generation is kept and nothing is evaluated.
+    again = GeneticSearch(spec, timed(clock, 7.0), config, [callbacks.TimeLimitCallback(None)])
+    again.load_state_dict({**resumed.state_dict(), "callbacks": {"TimeLimitCallback": limit.state_dict()}})
+    assert again.run()["processed"] == 14 and again.evaluations == 0

@@ -134,6 +134,32 @@ def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_b
     assert not (tmp_path / "run" / "checkpoint.json").exists()
 
 
+def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_resume_adds_nothing(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "model")
+    output = tmp_path / "run"
+    done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
+                "--task", "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--chunk-size", "1",
+                "--profile", "cpu", "--sweep", "1,0.8", "--initial", "random", "--time-budget", "25s", "--no-progress",
+                "--output", str(output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "random draws raced against the best so far until" in done.stdout
+    result = json.loads((output / "result.json").read_text())
+    settings = json.loads((output / "config.json").read_text())["settings"]
+    limit = json.loads((output / "checkpoint.json").read_text())["callbacks"]["TimeLimitCallback"]
+    history = [json.loads(line) for line in (output / "history.jsonl").read_text().splitlines()]
+    # The draws planned are those that would fit if each cost one chunk; the deadline stopped the search
+    # first, within about one individual of its limit, and the held-out table was still scored.
+    assert result["stopped_early"] and "the time budget stopped the search after" in done.stdout
+    assert len(history) == result["processed"] < settings["population"]
+    assert limit["individuals"] == len(history) and limit["spent_seconds"] <= limit["limit_seconds"] + max(
+        r["seconds"] for r in history) + 1.0
+    assert (output / "heldout.json").exists() and result["heldout"]
+    done = run([sys.executable, GA, "--resume", "--output", str(output)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = json.loads((output / "result.json").read_text())
+    assert resumed["fitness_evaluations"] == 0 and resumed["processed"] == result["processed"]
+
+
 # ----------------------------------------------------------------------------- the time budget plan
 
 
@@ -152,10 +178,13 @@ def test_the_heldout_table_is_sized_for_a_ten_point_gain_at_p_001():
 def test_a_plan_fits_its_budget(budget, seconds):
     from lpes_harness.search.budget import plan
 
+    from lpes_harness.search.budget import HELDOUT_MARGIN
+
     chosen = plan(budget, seconds, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)
     search = (chosen.sweep_points + chosen.individuals) * 5 * 8
     heldout = chosen.heldout_rows * 5 * chosen.heldout_samples
-    assert 30 + (search + heldout) * seconds <= budget
+    assert 30 + search * seconds <= chosen.search_deadline_seconds  # the planned search ends before its deadline
+    assert chosen.search_deadline_seconds + HELDOUT_MARGIN * heldout * seconds == pytest.approx(budget)
     assert chosen.population == chosen.parents + chosen.mutants + chosen.crossovers and chosen.parents >= 2
 
 
@@ -173,18 +202,25 @@ def test_a_random_search_plan_is_the_start_and_draws_raced_against_the_best_and_
     from lpes_harness.search import SearchConfig
     from lpes_harness.search.budget import RANDOM_DRAW_SAVING, plan
 
+    from lpes_harness.search.budget import HELDOUT_MARGIN
+
     chosen = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5,
-                  racing_saving=RANDOM_DRAW_SAVING, initial="random")
+                  racing_saving=RANDOM_DRAW_SAVING, initial="random", chunk_size=4)
     assert (chosen.parents, chosen.crossovers, chosen.generations) == (1, 0, 0)
-    draws = chosen.population - 1
-    assert draws == chosen.mutants >= 6 and "random draws raced against the best so far" in chosen.describe(5)
+    draws, expected = chosen.population - 1, chosen.expected_individuals
+    assert draws == chosen.mutants and "random draws raced against the best so far until" in chosen.describe(5)
     SearchConfig(population=chosen.population, parents=1, mutants=chosen.mutants, crossovers=0, generations=0,
                  initial="random")  # a valid search
-    # Sweep unraced, each draw at its planned saving, the held-out table in full: within the budget.
-    planned = 5 + 2 * 5 * 8 + draws * 5 * 8 * (1 - RANDOM_DRAW_SAVING) + chosen.heldout_rows * 5 * chosen.heldout_samples
-    assert planned <= 600
+    # Sweep unraced, each draw at its planned saving: the expected draws end by the search's deadline, and
+    # the held-out table, planned with its margin, in what is left.
+    heldout = HELDOUT_MARGIN * chosen.heldout_rows * 5 * chosen.heldout_samples
+    assert 5 + 2 * 5 * 8 + expected * 5 * 8 * (1 - RANDOM_DRAW_SAVING) <= chosen.search_deadline_seconds == 600 - heldout
+    # Drawn ahead: as many as fit if every draw stopped after one chunk of 4 forwards; the deadline stops it.
+    assert draws == int((600 - 5 - heldout - 2 * 5 * 8) / 4) > expected >= 6
     mutants = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5, racing_saving=0.3)
-    assert draws > mutants.individuals  # a draw that wrecks the model costs one chunk
+    assert expected > mutants.individuals  # a draw that wrecks the model costs one chunk
+    assert plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5,
+                racing_saving=RANDOM_DRAW_SAVING, initial="random").mutants == expected  # no chunk: no more draws
 
 
 def test_a_budget_without_room_for_a_search_says_what_would_do():

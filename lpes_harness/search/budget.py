@@ -14,6 +14,14 @@ anything else runs):
 
 If the budget cannot hold that table and a search of at least one generation, the plan says so
 before anything starts (:class:`BudgetTooSmall`), with the budget that would.
+
+3. **A deadline for the search** (``search_deadline_seconds``, from the command's start): the budget
+   less the held-out table's time, planned with a margin (:data:`HELDOUT_MARGIN`). The search stops
+   there whatever it planned (:class:`~lpes_harness.search.callbacks.TimeLimitCallback`, which times
+   the table at the search's own seconds a forward once it has some). A random
+   search plans as many draws as could fit if every draw stopped after one racing chunk, and the
+   deadline decides how many it makes: a draw that wrecks the model costs a chunk, a good one its
+   whole fitness, and how many of each come is not known in advance.
 """
 
 from __future__ import annotations
@@ -38,6 +46,11 @@ RACING_SAVING = {"roles": 0.10, "hardest": 0.30}
 # a draw of 40 (70 % saved; the worst seed 16.0, 60 %); the demo's three runs (hardest order, AVX2-only CPU,
 # results/demo_random_avx2): 48 draws in 444 forwards, 9.3 a draw (77 %). Planned at the worst seed's.
 RANDOM_DRAW_SAVING = 0.60
+# The held-out table's time is planned at this many times its forwards, at the start-up timing here and at
+# the search's own seconds a forward in TimeLimitCallback. On the AVX2-only CPU the demo's tables ran at 0.99
+# to 1.12 times the start-up timing (results/demo_random_avx2) and at 1.02 to 1.15 times the search's rate
+# (1.03 to 1.06 in results/demo_deadline_avx2).
+HELDOUT_MARGIN = 1.15
 
 
 class BudgetTooSmall(ValueError):
@@ -83,22 +96,27 @@ class Plan:
     crossovers: int
     generations: int
     initial: str = "mutants"  # "random": a random search, every individual a draw of generation 0
+    search_deadline_seconds: float = math.inf  # from the command's start: the search stops there
+    expected_individuals: int = 0  # what the forwards hold at the planned racing saving
 
     @property
     def individuals(self) -> int:
         return self.population + self.generations * (self.crossovers + self.mutants)
 
     def describe(self, positions: int) -> str:
-        search = (self.sweep_points + self.individuals) * positions * self.search_samples
         heldout = self.heldout_rows * positions * self.heldout_samples
-        shape = (f"{self.population - 1} random draws raced against the best so far" if self.initial == "random" else
-                 f"population {self.population}, {self.generations} generations of {self.crossovers} crossover + "
-                 f"{self.mutants} mutants")
+        deadline = f"about {self.search_deadline_seconds / 60:.1f} min after the start"
+        if self.initial == "random":
+            what = (f"random draws raced against the best so far until {deadline} (about {self.expected_individuals} "
+                    f"if each saves {100 * RANDOM_DRAW_SAVING:.0f} % of its forwards; at most {self.individuals - 1})")
+        else:
+            what = (f"{self.individuals} individuals (population {self.population}, {self.generations} generations "
+                    f"of {self.crossovers} crossover + {self.mutants} mutants), stopped at {deadline} if still running")
         return (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
-                f"search of {self.sweep_points} sweep points + {self.individuals} individuals ({shape}) on "
-                f"{self.search_samples} samples per position, at most {search} forwards; then a held-out "
-                f"table of {self.heldout_rows} rows x {self.heldout_samples} samples per position ({heldout} "
-                f"forwards), enough for a +{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
+                f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per "
+                f"position; then a held-out table of {self.heldout_rows} rows x {self.heldout_samples} samples per "
+                f"position ({heldout} forwards, planned at {HELDOUT_MARGIN:g}x), enough for a "
+                f"+{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
 
     def to_dict(self) -> dict:
         return {**asdict(self), "individuals": self.individuals}
@@ -106,14 +124,16 @@ class Plan:
 
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
          sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
-         initial: str = "mutants") -> Plan:
+         initial: str = "mutants", chunk_size: int | None = None) -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
-    fraction of an individual's samples racing is expected to save (0: plan for the worst case)."""
+    fraction of an individual's samples racing is expected to save (0: plan for the worst case).
+    ``chunk_size``: the fewest forwards a raced individual costs (a random search's most draws)."""
     heldout = heldout_samples_for(positions)
     heldout_forwards = heldout_rows * positions * heldout
-    forwards = (budget_seconds - overhead_seconds) / seconds_per_sample - heldout_forwards
+    heldout_seconds = HELDOUT_MARGIN * heldout_forwards * seconds_per_sample
+    forwards = (budget_seconds - overhead_seconds - heldout_seconds) / seconds_per_sample
     per_individual = positions * search_samples * (1 - racing_saving)
     # The sweep's points are planned unraced: the first has no bound to race against, and each later
     # one races only the points before it, not a search's best.
@@ -121,16 +141,19 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     individuals = int((forwards - sweep_forwards) / per_individual)
     # The smallest search worth the name: a population of 4 and one generation of 2 children.
     if individuals < 6:
-        need = overhead_seconds + seconds_per_sample * (heldout_forwards + sweep_forwards + 6 * per_individual)
+        need = overhead_seconds + heldout_seconds + seconds_per_sample * (sweep_forwards + 6 * per_individual)
         raise BudgetTooSmall(
             f"a time budget of {budget_seconds / 60:.1f} min holds a held-out table able to show a "
             f"+{100 * DEFAULT_GAIN:.0f}-point gain at p < {DEFAULT_ALPHA} ({heldout_rows} rows x {heldout} samples "
             f"per position at {seconds_per_sample:.2f} s a sample) but no search beside it; give at least "
             f"{math.ceil(need / 60)} min")
     common = dict(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
-                  heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial)
+                  heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial,
+                  search_deadline_seconds=budget_seconds - heldout_seconds, expected_individuals=individuals)
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
-        return Plan(**common, population=individuals + 1, parents=1, mutants=individuals, crossovers=0, generations=0)
+        # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
+        draws = max(individuals, int((forwards - sweep_forwards) / chunk_size)) if chunk_size else individuals
+        return Plan(**common, population=draws + 1, parents=1, mutants=draws, crossovers=0, generations=0)
     population = max(4, min(12, individuals // 3))
     children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
     crossovers = 1

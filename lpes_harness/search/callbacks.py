@@ -1,4 +1,4 @@
-"""Observers of a search: checkpoint, history.jsonl, progress bars, plots.
+"""Observers of a search: checkpoint, history.jsonl, progress bars, plots, a time limit.
 
 Each is a :class:`~lpes_harness.search.loop.Callback`; the loop calls their hooks and never
 their names. Whole files (checkpoint, plots, rewritten history) are written atomically: to a
@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Sequence
 
 from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
 from lpes_harness.plots import plot_condition_scores, plot_curve, plot_fitness
+from lpes_harness.search.final_choice import forwards_of
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.sample_order import load_order_state, order_state
 
@@ -69,6 +71,70 @@ class SampleOrderCallback(Callback):
 
     def load_state_dict(self, state: dict) -> None:
         load_order_state(self.fitness, state)
+
+
+class TimeLimitCallback(Callback):
+    """Stops the search (``search.should_stop``) in time for what must come after it: ``--time-budget``'s
+    deadline.
+
+    ``seconds``: from the search's start to the budget's end. ``after_forwards``: the forwards still to
+    run after the search (the held-out table), at the seconds a forward of this search has taken once it
+    has scored :data:`RATE_AFTER_FORWARDS` (before that, ``seconds_per_forward``, the start-up timing),
+    times ``margin``. The search stops as soon as what is left is less than the mean time of the
+    individuals it has processed (the likely cost of the next one), so it ends at most about one
+    individual late. What it spent is callback state: a resumed search counts on from it, and one already
+    past its limit processes nothing new (the loop still replays what it had)."""
+
+    RATE_AFTER_FORWARDS = 40  # one unraced individual of the demo: enough for the search's own rate
+
+    def __init__(self, seconds: float | None, after_forwards: int = 0, seconds_per_forward: float = 0.0,
+                 margin: float = 1.0):
+        self.limit = seconds  # None: restored from a checkpoint by load_state_dict
+        self.after_forwards, self.seconds_per_forward, self.margin = after_forwards, seconds_per_forward, margin
+        self.spent = 0.0
+        self.individuals = 0
+        self.forwards, self.forward_seconds = 0, 0.0  # what the search scored, and the seconds that took
+        self._since = None
+
+    def rate(self) -> float:
+        """Seconds a forward takes: this search's own, once it has scored enough, else the start-up timing."""
+        if self.forwards >= self.RATE_AFTER_FORWARDS:
+            return self.forward_seconds / self.forwards
+        return self.seconds_per_forward
+
+    def seconds_left(self) -> float:
+        """What the search may still spend, the work after it set aside."""
+        return self.limit - self.spent - self.margin * self.after_forwards * self.rate()
+
+    def on_search_start(self, search: GeneticSearch) -> None:
+        if self.limit is None:
+            raise ValueError("TimeLimitCallback: no limit given and none restored from a checkpoint")
+        self._since = time.perf_counter()
+        if self.seconds_left() <= 0:
+            search.should_stop = True
+
+    def on_individual(self, search: GeneticSearch, record: dict) -> None:
+        now = time.perf_counter()
+        self.spent += now - self._since
+        self._since = now
+        self.individuals += 1
+        if not record["cached"]:
+            self.forwards += forwards_of([record])
+            self.forward_seconds += record["seconds"]
+        if self.seconds_left() < self.spent / self.individuals:
+            search.should_stop = True
+
+    def state_dict(self) -> dict:
+        return {"limit_seconds": self.limit, "after_forwards": self.after_forwards,
+                "seconds_per_forward": self.seconds_per_forward, "margin": self.margin,
+                "spent_seconds": round(self.spent, 3), "individuals": self.individuals,
+                "forwards": self.forwards, "forward_seconds": round(self.forward_seconds, 3)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.limit, self.after_forwards = state["limit_seconds"], state["after_forwards"]
+        self.seconds_per_forward, self.margin = state["seconds_per_forward"], state["margin"]
+        self.spent, self.individuals = state["spent_seconds"], state["individuals"]
+        self.forwards, self.forward_seconds = state["forwards"], state["forward_seconds"]
 
 
 class CheckpointCallback(Callback):
@@ -173,7 +239,11 @@ class ProgressCallback(Callback):
 
     def on_individual(self, search: GeneticSearch, record: dict) -> None:
         self._individuals.update(1)
-        self._individuals.set_postfix(best=f"{search.best['fitness']:.4f}", refresh=False)
+        postfix = {"best": f"{search.best['fitness']:.4f}"}
+        limit = next((c for c in search.callbacks if isinstance(c, TimeLimitCallback)), None)
+        if limit is not None:  # the total is then an upper bound: the deadline ends the bar
+            postfix["time left"] = f"{max(0.0, limit.limit - limit.spent) / 60:.1f} min"
+        self._individuals.set_postfix(postfix, refresh=False)
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._generations.update(1)

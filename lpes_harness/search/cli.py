@@ -172,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="e.g. 10m or 1h: time the first forwards, then size the population, generations and the "
                           "held-out table so that the run ends within it (the table large enough for a +10-point "
                           "gain to reach p < 0.01), print the plan; refused before the search when it cannot be. "
-                          "With --initial random the search is the start and as many random draws as fit")
+                          "The search stops in time for its held-out table whatever it planned (a resume counts on "
+                          "from the time spent). With --initial random the search is the start and random draws "
+                          "until that deadline")
     out.add_argument("--heldout-extra", default="pi,uniform",
                      help="the held-out table's rows besides vanilla and the best curve: a comma list of 'pi' "
                           "(the curve's mean, uniform) and 'uniform' (the sweep's best uniform scale, when it is "

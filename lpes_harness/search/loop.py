@@ -30,6 +30,13 @@ racing (``info["raced"]``) has only an upper bound; those are counted in ``raced
 their bounds listed in ``raced_bounds``, never averaged with real fitness values
 (``complete`` counts the others, ``fitnesses`` lists theirs).
 
+**Stopping early.** A callback may set ``search.should_stop`` (as a Lightning callback sets
+``trainer.should_stop``; :class:`~lpes_harness.search.callbacks.TimeLimitCallback` does, for
+``--time-budget``). The loop then processes no further individual: the generation being built ends
+with those already processed (generation 0 keeps at least its start), it is saved like any finished
+generation, and the run ends. A resume of such a run goes on only if no callback stops it again; a
+resume replays what was processed before the stop whatever the flag says.
+
 **Determinism and resume.** All randomness comes from one ``random.Random(seed)`` the
 search owns. :meth:`GeneticSearch.state_dict` holds the state at the start of the current
 generation (population, fitnesses, generation index, RNG state, statistics) plus the whole
@@ -144,6 +151,7 @@ class GeneticSearch:
         self.processed = 0  # individuals processed in this run, in order (cache hits included)
         self.evaluations = 0  # calls to `evaluate` made by this process
         self.resumed = False
+        self.should_stop = False  # set by a callback: process no further individual (see the module docstring)
         self._replay_until = 0  # individuals below this index were reported before a resume
         self._generation = 0  # the generation being built
         self._boundary = self._snapshot()
@@ -160,7 +168,7 @@ class GeneticSearch:
             if self.completed_generation < 0:
                 self._generation = 0
                 self._finish_generation(self._initial_population())
-            while self.completed_generation < self.config.generations:
+            while not self._stopping() and self.completed_generation < self.config.generations:
                 self._generation = self.completed_generation + 1
                 self._finish_generation(self._next_generation(self.population))
             result = self.result()
@@ -169,6 +177,11 @@ class GeneticSearch:
             self._call_hooks("on_exception", error)
             raise
         return result
+
+    def _stopping(self) -> bool:
+        """Whether to process no further individual. After a resume the individuals processed before
+        the stop are replayed regardless (from the cache, at no cost), so the run goes on from where it was."""
+        return self.should_stop and self.processed >= self._replay_until
 
     def _call_hooks(self, name: str, *args) -> None:
         """Call hook ``name`` of every callback, in order, with ``(self, *args)``."""
@@ -194,7 +207,9 @@ class GeneticSearch:
                     other.origin = "mutant"
                 population.append(other)
         self._kept_fitnesses = []
-        for individual in population:
+        for count, individual in enumerate(population):
+            if count and self._stopping():  # the start is always scored: a generation is never empty
+                return population[:count]
             self._assign_fitness(individual)
             self._kept_fitnesses.append(individual.fitness.values[0])
         return population
@@ -204,6 +219,8 @@ class GeneticSearch:
         self._kept_fitnesses = [parent.fitness.values[0] for parent in parents]
         children = []
         for _ in range(self.config.crossovers):
+            if self._stopping():
+                return parents + children
             parent1, parent2 = self.rng.sample(parents, 2)
             offspring = self.toolbox.mate(parent1, parent2)
             for child in offspring:
@@ -213,6 +230,8 @@ class GeneticSearch:
             self._kept_fitnesses.append(child.fitness.values[0])
         mutants = []
         for _ in range(self.config.mutants):
+            if self._stopping():
+                break
             (mutant,) = self.toolbox.mutate(self.toolbox.clone(self.rng.choice(parents)))
             mutant.origin = "mutant"
             self._assign_fitness(mutant)
@@ -331,6 +350,7 @@ class GeneticSearch:
             "processed": self.processed,
             "evaluations": self.evaluations,
             "cache_size": len(self.cache),
+            "stopped_early": self.should_stop,
         }
 
     # ------------------------------------------------------------------- state

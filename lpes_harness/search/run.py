@@ -1,6 +1,7 @@
 """The search command (``lpes-search``, or ``python searches/ga.py``): wires model, fitness, loop and callbacks.
 
-The flags, profiles and input checks are in :mod:`lpes_harness.search.cli`.
+The flags, profiles and input checks are in :mod:`lpes_harness.search.cli`; the timing, estimate and
+``--time-budget`` in :mod:`lpes_harness.search.timing`.
 
 Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
 
@@ -43,6 +44,7 @@ from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
 from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
+from lpes_harness.search.timing import apply_budget, print_estimate, time_limit, time_one_sample
 
 # ----------------------------------------------------------------------------- callbacks
 
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> dict:
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
     per_sample = time_one_sample(fitness)
     if args.time_budget_seconds and not resume_search:
-        _apply_budget(args, fitness, per_sample, time.perf_counter() - launched, several, len(conditions))
+        apply_budget(args, fitness, per_sample, time.perf_counter() - launched, several, len(conditions))
         config, fitness_config, current = _configure(args)
     spec = _genome_spec(args, n_layers, lm)
     settings = settings_record(args)  # what `--resume --output DIR` restores
@@ -176,8 +178,9 @@ def run(args: argparse.Namespace) -> dict:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
         write_config(record_path, args.resume, run_record())
     heldout_rows = 2 + ("pi" in args.heldout_extra) + bool(args.uniform_tuning or (args.sweep_values and "uniform" in args.heldout_extra))
-    print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
-                   heldout_rows * _positions(conditions) * args.heldout_samples, args)
+    if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
+        print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
+                       heldout_rows * _positions(conditions) * args.heldout_samples, args)
     sweep = None
     if args.sweep_values or args.base_sweep_values:
         sweep = load_or_run_sweep(output, args, fitness, spec)
@@ -185,6 +188,7 @@ def run(args: argparse.Namespace) -> dict:
         if not resume_search:
             record_genome(record_path, spec)  # the genome the search starts from
     callbacks = [
+        *time_limit(args, launched, checkpoint_path if resume_search else None),
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
         PlotCallback(output, args.scaling, conditions=several),
@@ -217,6 +221,8 @@ def run(args: argparse.Namespace) -> dict:
         plot_uniform_points(final_choice.sweep_points(sweep, spec, args.scaling), output / "sweep.png",
                             title="the sweep: uniform factors scored before the search")
     best = result["best"]
+    if result["stopped_early"]:
+        print(f"the time budget stopped the search after {result['processed']} individuals", flush=True)
     print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}), scores {best['info'].get('scores')}")
     chosen = final_choice.finish(lm, args, fitness, spec, conditions, configs, sweep, output, result)
     result["total_seconds"] = round(time.perf_counter() - launched, 1)  # load + sweep + GA + final choice
@@ -269,25 +275,6 @@ def _start_from(spec, args, sweep: dict):
               f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
     args.initial_y = spec.initial_y
     return spec
-
-
-def _apply_budget(args, fitness, per_sample: float, spent: float, several: bool, conditions: int) -> None:
-    """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
-    from lpes_harness.search.budget import RACING_SAVING, RANDOM_DRAW_SAVING, BudgetTooSmall, plan
-
-    positions = sum(fitness.sizes.values()) // args.num_samples
-    try:
-        chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
-                      sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
-                      heldout_rows=2 + ("pi" in args.heldout_extra), overhead_seconds=spent,
-                      racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
-                      if args.racing else 0.0, initial=args.initial)
-    except BudgetTooSmall as err:
-        fail(f"--time-budget {args.time_budget}: {err}")
-    for name in ("population", "parents", "mutants", "crossovers", "generations"):
-        setattr(args, name, getattr(chosen, name))
-    args.heldout_samples = chosen.heldout_samples  # per position of every condition: pooled, the power asked for
-    print(chosen.describe(positions), flush=True)
 
 
 def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:
@@ -385,54 +372,6 @@ def load_lm(args):
     # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
     batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
     return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, dtype=args.dtype_chosen, **extra)
-
-
-def time_one_sample(fitness) -> float:
-    """Seconds one sample takes, timed now on one sample of each role (of each condition), weighted
-    by how many samples each has."""
-    # The first forward of a process pays one-off setup (kernel selection, allocator growth), and
-    # the projection multiplies the timed sample by thousands: it is left out of the timing.
-    fitness.score_samples(next(iter(fitness.sizes)), [0])
-    total = 0.0
-    for group, size in fitness.sizes.items():
-        started = time.perf_counter()
-        fitness.score_samples(group, [0])  # this process only: no collective call before the search starts
-        total += (time.perf_counter() - started) * size
-    return total / sum(fitness.sizes.values())
-
-
-def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_points: int = 0,
-                   heldout_samples: int = 0, args=None) -> None:
-    """Project the run's worst case (no cache hits, no racing) from the seconds a sample takes.
-
-    ``heldout_samples``: all the samples of the held-out table after the search (0: none)."""
-    samples = sum(fitness.sizes.values())
-    individuals = config.planned_individuals() + sweep_points
-    worst = individuals * samples * per_sample
-    after = []
-    if args is not None and args.uniform_tuning:
-        after.append(f"uniform factors as many forwards as the search ({_duration(config.planned_individuals() * samples * per_sample)} at most)")
-    if args is not None and args.validation_samples:
-        per_candidate = samples // args.num_samples * args.validation_samples
-        after.append(f"validation of up to {args.select_top + 3} candidates x {per_candidate}+ samples "
-                     f"(~{_duration((args.select_top + 3) * per_candidate * per_sample)})")
-    if heldout_samples:
-        after.append(f"the held-out table, {heldout_samples} samples = {_duration(heldout_samples * per_sample)}")
-    print(
-        f"cost estimate: at most {individuals} individuals x {samples} samples "
-        f"({len(fitness.sizes)} roles) x {per_sample:.2f} s/sample = {_duration(worst)} worst case; "
-        f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached')"
-        + "".join(f"; then {part}" for part in after),
-        flush=True,
-    )
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,97 @@
+"""What a search's time costs, before and while it runs: the start-up timing of one sample, the
+worst-case estimate a run prints, and ``--time-budget``'s plan (:mod:`lpes_harness.search.budget`) and
+deadline (:class:`~lpes_harness.search.callbacks.TimeLimitCallback`) applied to a run's flags."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from lpes_harness.search.budget import HELDOUT_MARGIN, RACING_SAVING, RANDOM_DRAW_SAVING, BudgetTooSmall, plan
+from lpes_harness.search.callbacks import TimeLimitCallback, load_checkpoint
+from lpes_harness.search.config import SearchConfig
+from lpes_harness.search.run_record import fail
+
+
+def time_one_sample(fitness) -> float:
+    """Seconds one sample takes, timed now on one sample of each role (of each condition), weighted
+    by how many samples each has."""
+    # The first forward of a process pays one-off setup (kernel selection, allocator growth), and
+    # the projection multiplies the timed sample by thousands: it is left out of the timing.
+    fitness.score_samples(next(iter(fitness.sizes)), [0])
+    total = 0.0
+    for group, size in fitness.sizes.items():
+        started = time.perf_counter()
+        fitness.score_samples(group, [0])  # this process only: no collective call before the search starts
+        total += (time.perf_counter() - started) * size
+    return total / sum(fitness.sizes.values())
+
+
+def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_points: int = 0,
+                   heldout_samples: int = 0, args=None) -> None:
+    """Project the run's worst case (no cache hits, no racing) from the seconds a sample takes.
+
+    ``heldout_samples``: all the samples of the held-out table after the search (0: none)."""
+    samples = sum(fitness.sizes.values())
+    individuals = config.planned_individuals() + sweep_points
+    worst = individuals * samples * per_sample
+    after = []
+    if args is not None and args.uniform_tuning:
+        after.append(f"uniform factors as many forwards as the search ({duration(config.planned_individuals() * samples * per_sample)} at most)")
+    if args is not None and args.validation_samples:
+        per_candidate = samples // args.num_samples * args.validation_samples
+        after.append(f"validation of up to {args.select_top + 3} candidates x {per_candidate}+ samples "
+                     f"(~{duration((args.select_top + 3) * per_candidate * per_sample)})")
+    if heldout_samples:
+        after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample)}")
+    print(
+        f"cost estimate: at most {individuals} individuals x {samples} samples "
+        f"({len(fitness.sizes)} roles) x {per_sample:.2f} s/sample = {duration(worst)} worst case; "
+        f"the fitness cache and racing cut this (see history.jsonl 'raced' / 'cached')"
+        + "".join(f"; then {part}" for part in after),
+        flush=True,
+    )
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def apply_budget(args, fitness, per_sample: float, spent: float, several: bool, conditions: int) -> None:
+    """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
+    positions = sum(fitness.sizes.values()) // args.num_samples
+    try:
+        chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
+                      sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
+                      heldout_rows=2 + ("pi" in args.heldout_extra), overhead_seconds=spent,
+                      racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
+                      if args.racing else 0.0, initial=args.initial, chunk_size=args.chunk_size if args.racing else None)
+    except BudgetTooSmall as err:
+        fail(f"--time-budget {args.time_budget}: {err}")
+    for name in ("population", "parents", "mutants", "crossovers", "generations"):
+        setattr(args, name, getattr(chosen, name))
+    args.heldout_samples = chosen.heldout_samples  # per position of every condition: pooled, the power asked for
+    # Not flags: a resume restores the time limit's own state instead.
+    args.heldout_forwards, args.seconds_per_sample = chosen.heldout_rows * positions * chosen.heldout_samples, per_sample
+    print(chosen.describe(positions), flush=True)
+
+
+def time_limit(args, launched: float, checkpoint_path: Path | None) -> list:
+    """--time-budget's stop (a :class:`TimeLimitCallback`, first in the list so that the checkpoint saves its
+    latest state): the budget less what the run has spent so far (load, timing, sweep), the held-out
+    table's time set aside; on a resume, what the checkpoint kept (nothing: a run made before it existed)."""
+    if not args.time_budget_seconds:
+        return []
+    if checkpoint_path is not None:
+        if TimeLimitCallback.__name__ not in (load_checkpoint(checkpoint_path).get("callbacks") or {}):
+            return []
+        return [TimeLimitCallback(None)]
+    limit = TimeLimitCallback(launched + args.time_budget_seconds - time.perf_counter(), after_forwards=args.heldout_forwards,
+                              seconds_per_forward=args.seconds_per_sample, margin=HELDOUT_MARGIN)
+    print(f"the search stops by {max(0.0, limit.seconds_left()) / 60:.1f} min from now, leaving the held-out table "
+          f"its time (the time budget's deadline)", flush=True)
+    return [limit]
