@@ -391,6 +391,25 @@ class FakeClock:
         return self.now
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    """The time limit's clock, moved only by `timed` evaluations."""
+    from lpes_harness.search import callbacks
+
+    fake = FakeClock()
+    monkeypatch.setattr(callbacks.time, "perf_counter", fake)
+    return fake
+
+
+TIMED_SPEC = GenomeSpec(num_layers=12, num_points=3)
+
+
+def random_search(draws):
+    """A random search of the start and `draws` draws, each raced against the best so far."""
+    return SearchConfig(**{**SMALL.to_dict(), "population": draws + 1, "parents": 1, "mutants": draws,
+                           "crossovers": 0, "generations": 0, "initial": "random"})
+
+
 def timed(clock, seconds_each, evaluate=synthetic_fitness):
     def evaluate_timed(scales):
         clock.now += seconds_each
@@ -398,14 +417,11 @@ def timed(clock, seconds_each, evaluate=synthetic_fitness):
     return evaluate_timed
 
 
-def test_a_time_limit_stops_the_search_before_an_individual_would_run_past_it(monkeypatch):
+def test_a_time_limit_stops_the_search_before_an_individual_would_run_past_it(clock):
     from lpes_harness.search import callbacks
 
-    clock = FakeClock()
-    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
-    spec = GenomeSpec(num_layers=12, num_points=3)
-    config = SearchConfig(**{**SMALL.to_dict(), "population": 40, "parents": 1, "mutants": 39, "crossovers": 0,
-                             "generations": 0, "initial": "random"})
+    spec = TIMED_SPEC
+    config = random_search(39)
     limit = callbacks.TimeLimitCallback(100.0)
     result = GeneticSearch(spec, timed(clock, 7.0), config, [limit]).run()
     # 7 s each: 14 individuals make 98 s, and a 15th would end at 105 s.
@@ -415,14 +431,11 @@ def test_a_time_limit_stops_the_search_before_an_individual_would_run_past_it(mo
         GeneticSearch(spec, synthetic_fitness, config, [callbacks.TimeLimitCallback(None)]).run()
 
 
-def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a_forward(monkeypatch):
+def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a_forward(clock):
     from lpes_harness.search import callbacks
 
-    clock = FakeClock()
-    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
-    spec = GenomeSpec(num_layers=12, num_points=3)
-    config = SearchConfig(**{**SMALL.to_dict(), "population": 60, "parents": 1, "mutants": 59, "crossovers": 0,
-                             "generations": 0, "initial": "random"})
+    spec = TIMED_SPEC
+    config = random_search(59)
 
     def ten_forwards(scales):
         fitness, info = synthetic_fitness(scales)
@@ -440,14 +453,11 @@ def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a
     assert callbacks.TimeLimitCallback.RATE_AFTER_FORWARDS == 40
 
 
-def test_a_time_limit_counts_on_after_a_resume_and_a_spent_one_evaluates_nothing_new(monkeypatch):
+def test_a_time_limit_counts_on_after_a_resume_and_a_spent_one_evaluates_nothing_new(clock):
     from lpes_harness.search import callbacks
 
-    clock = FakeClock()
-    monkeypatch.setattr(callbacks.time, "perf_counter", clock)
-    spec = GenomeSpec(num_layers=12, num_points=3)
-    config = SearchConfig(**{**SMALL.to_dict(), "population": 40, "parents": 1, "mutants": 39, "crossovers": 0,
-                             "generations": 0, "initial": "random"})
+    spec = TIMED_SPEC
+    config = random_search(39)
     evaluated = []
 
     def crashing(scales):
