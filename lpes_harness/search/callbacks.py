@@ -242,7 +242,7 @@ class ProgressCallback(Callback):
         postfix = {"best": f"{search.best['fitness']:.4f}"}
         limit = next((c for c in search.callbacks if isinstance(c, TimeLimitCallback)), None)
         if limit is not None:  # the total is then an upper bound: the deadline ends the bar
-            postfix["time left"] = f"{max(0.0, limit.limit - limit.spent) / 60:.1f} min"
+            postfix["time left"] = f"{max(0.0, limit.seconds_left()) / 60:.1f} min"  # the search's, the table's set aside
         self._individuals.set_postfix(postfix, refresh=False)
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:

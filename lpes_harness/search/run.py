@@ -111,10 +111,11 @@ def run(args: argparse.Namespace) -> dict:
     except ValueError as err:
         fail(f"--resume {output}: {err}")
     resume_search = args.resume and checkpoint_path.exists()  # else a resume before the search began
+    saved_state = load_checkpoint(checkpoint_path) if resume_search else None  # read once: nothing rewrites it before the loop
     args.dtype_chosen = choose_dtype(args.dtype_requested, args.device or default_device())
     config, fitness_config, current = _configure(args)
     if args.resume:  # before anything is loaded or written: a resume never mixes two experiments
-        check_resume(output, record, load_checkpoint(checkpoint_path) if resume_search else None, current)
+        check_resume(output, record, saved_state, current)
     conditions = final_choice.run_conditions(args)
     several = bool(args.conditions)  # --condition given: the fitness and the tables go by condition
     if args.heldout_samples:
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> dict:
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
     per_sample = time_one_sample(fitness)
     if args.time_budget_seconds and not resume_search:
-        apply_budget(args, fitness, per_sample, time.perf_counter() - launched, several, len(conditions))
+        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)
         config, fitness_config, current = _configure(args)
     spec = _genome_spec(args, n_layers, lm)
     settings = settings_record(args)  # what `--resume --output DIR` restores
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> dict:
         if not resume_search:
             record_genome(record_path, spec)  # the genome the search starts from
     callbacks = [
-        *time_limit(args, launched, checkpoint_path if resume_search else None),
+        *time_limit(args, launched, saved_state),
         HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
         BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
         PlotCallback(output, args.scaling, conditions=several),
@@ -204,7 +205,7 @@ def run(args: argparse.Namespace) -> dict:
         if resume_search:
             # Before any file is written: a checkpoint made with other settings changes nothing.
             try:
-                search.load_state_dict(load_checkpoint(checkpoint_path))
+                search.load_state_dict(saved_state)
             except ValueError as err:
                 fail(f"--resume {output}: {err}")
             write_config(record_path, True, run_record())

@@ -5,10 +5,9 @@ deadline (:class:`~lpes_harness.search.callbacks.TimeLimitCallback`) applied to 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from lpes_harness.search.budget import HELDOUT_MARGIN, RACING_SAVING, RANDOM_DRAW_SAVING, BudgetTooSmall, plan
-from lpes_harness.search.callbacks import TimeLimitCallback, load_checkpoint
+from lpes_harness.search.callbacks import TimeLimitCallback
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import fail
 
@@ -61,7 +60,7 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def apply_budget(args, fitness, per_sample: float, spent: float, several: bool, conditions: int) -> None:
+def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
     """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
     positions = sum(fitness.sizes.values()) // args.num_samples
     try:
@@ -80,14 +79,14 @@ def apply_budget(args, fitness, per_sample: float, spent: float, several: bool, 
     print(chosen.describe(positions), flush=True)
 
 
-def time_limit(args, launched: float, checkpoint_path: Path | None) -> list:
+def time_limit(args, launched: float, saved_state: dict | None) -> list:
     """--time-budget's stop (a :class:`TimeLimitCallback`, first in the list so that the checkpoint saves its
     latest state): the budget less what the run has spent so far (load, timing, sweep), the held-out
     table's time set aside; on a resume, what the checkpoint kept (nothing: a run made before it existed)."""
     if not args.time_budget_seconds:
         return []
-    if checkpoint_path is not None:
-        if TimeLimitCallback.__name__ not in (load_checkpoint(checkpoint_path).get("callbacks") or {}):
+    if saved_state is not None:  # a resume: the checkpoint's state
+        if TimeLimitCallback.__name__ not in (saved_state.get("callbacks") or {}):
             return []
         return [TimeLimitCallback(None)]
     limit = TimeLimitCallback(launched + args.time_budget_seconds - time.perf_counter(), after_forwards=args.heldout_forwards,
