@@ -85,6 +85,32 @@ def test_a_raced_result_is_an_upper_bound_below_the_threshold():
     assert sum(info["samples"].values()) < sum(exact_info["samples"].values())
 
 
+@pytest.mark.parametrize("curve", [0.5, 1.0, 1.5, 2.0, 3.0])
+@pytest.mark.parametrize("threshold", [0.3, 0.6, 0.9])
+def test_chunks_of_one_sample_stop_at_the_first_sample_that_proves_an_individual_cannot_win(curve, threshold):
+    """Why the demo races sample by sample (chunks of 1) on a CPU, where a chunk is no faster than its
+    samples one by one: the same verdicts and complete fitnesses as larger chunks, never more samples."""
+    scales = [curve] * 12
+
+    def score_chunk(role, indices):
+        return [sample_correct(scales, role, i) for i in indices]
+
+    one, one_info = raced_fitness(score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=1, threshold=threshold)
+    for chunk_size in (2, 5, 20):
+        other, other_info = raced_fitness(score_chunk, SIZES, DEFAULT_WEIGHTS, chunk_size=chunk_size, threshold=threshold)
+        assert one_info["raced"] == other_info["raced"]
+        assert sum(one_info["samples"].values()) <= sum(other_info["samples"].values())
+        if not one_info["raced"]:
+            assert one == other
+    if one_info["raced"]:  # before its last sample, the bound could still reach the threshold
+        order = [(role, i) for role in ("end", "middle", "begin") for i in range(SIZES[role])]  # heaviest first
+        before = order[: sum(one_info["samples"].values()) - 1]
+        reachable = {role: float(SIZES[role]) for role in SIZES}
+        for role, i in before:
+            reachable[role] -= 1.0 - sample_correct(scales, role, i)
+        assert one < threshold <= combine({r: reachable[r] / SIZES[r] for r in SIZES}, DEFAULT_WEIGHTS)
+
+
 def test_no_racing_when_the_threshold_is_reachable():
     fitness, info = raced_fitness(lambda role, idx: [1.0] * len(idx), SIZES, DEFAULT_WEIGHTS, chunk_size=5, threshold=0.99)
     assert fitness == pytest.approx(1.0) and not info["raced"]
