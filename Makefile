@@ -28,9 +28,8 @@ $(VENV)/.installed: pyproject.toml
 # The main job, sized to a time budget (lpes-search --time-budget DEMO_BUDGET): the search times its
 # first forwards, then keeps a held-out table able to show a +10-point gain at p < 0.01 (30 samples
 # of every gold position, vanilla and the found scales: results/demo/heldout.*) and fills the rest
-# with a random search of per-layer curves on multi_needle from the uniform 0.8 start, each draw
-# raced sample by sample against the best so far, drawing until the deadline that leaves the table
-# its time
+# with a random search of per-layer curves on multi_needle from the best of uniform 1 and 0.8, each
+# draw raced against the best so far, drawing until the deadline that leaves the table its time
 # (searches/configs/smollm2_demo.json; it found a curve in fewer forwards than the GA:
 # results/search_efficiency). Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
