@@ -6,7 +6,8 @@ import math
 import pytest
 
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.search.fitness import DEFAULT_WEIGHTS, FitnessConfig, check_tiebreak, combine, raced_fitness
+from lpes_harness.search.fitness import (DEFAULT_WEIGHTS, FitnessConfig, check_tiebreak, combine, raced_fitness,
+                                         roles_order)
 
 SIZES = {"begin": 20, "middle": 20, "end": 20}
 
@@ -103,7 +104,7 @@ def test_chunks_of_one_sample_stop_at_the_first_sample_that_proves_an_individual
         if not one_info["raced"]:
             assert one == other
     if one_info["raced"]:  # before its last sample, the bound could still reach the threshold
-        order = [(role, i) for role in ("end", "middle", "begin") for i in range(SIZES[role])]  # heaviest first
+        order = [(role, i) for role in roles_order(SIZES, DEFAULT_WEIGHTS) for i in range(SIZES[role])]
         before = order[: sum(one_info["samples"].values()) - 1]
         reachable = {role: float(SIZES[role]) for role in SIZES}
         for role, i in before:
