@@ -112,3 +112,52 @@ def test_a_seed_that_kept_a_uniform_scale_is_named_pi(benchmark):
               "start": 0.8, "runs": [run, curve]}
     report = benchmark.format_report(record)
     assert "2, uniform 0.8 (PI): +5.0" in report and "3: +5.0" in report
+
+
+def test_each_budgets_mean_says_over_how_many_seeds(benchmark, tmp_path):
+    def run(seed, budget):
+        return {"method": "random", "seed": seed, "budget": budget, "forwards": budget + 1,
+                "best": {"fitness": 0.9, "scales": [0.8, 0.9, 1.0, 1.1]},
+                "heldout": {"accuracy": 0.6, "over_vanilla": {"difference": 0.01 * seed, "difference_interval": [0.0, 0.1], "p": 0.5},
+                            "over_start": {"difference": 0.0, "difference_interval": [0.0, 0.0], "p": 1.0}}}
+    record = {"settings": {"task": "multi_needle", "metadata": {}, "pretrained": None, "dtype": "float32",
+                           "fitness": "greedy", "num_samples": 8, "heldout_samples": 40, "sweep": "1,0.8"},
+              "start": 0.8, "runs": [run(1, 8), run(2, 8), run(3, 8), run(1, 16)]}
+    report = benchmark.format_report(record)
+    small, large = report.split("## Budget 16 forwards")
+    assert "| random | 3 | 9 |" in small and "+2.0 [+1.0, +3.0]" in small
+    assert "| random | 1 | 17 |" in large and "+1.0 [+1.0, +1.0]" in large
+    benchmark.plot_report(record, tmp_path / "efficiency.png")
+    assert (tmp_path / "efficiency.png").stat().st_size > 0
+
+
+def test_each_method_is_compared_with_the_demos_search_on_the_same_samples(benchmark, tmp_path):
+    """The head-to-head pairs two searches' bests sample by sample from the held-out score cache."""
+    from lpes_harness.analysis.score_cache import ScoreCache
+
+    curve, other = [0.8, 0.9, 1.0, 1.1], [0.7, 0.9, 1.1, 1.3]
+    scores = {  # two positions of 4 samples: the demo's curve right on 6, the other on 4, both right on 3
+        (tuple(curve), 0): [1, 1, 1, 0], (tuple(curve), 100): [1, 1, 1, 0],
+        (tuple(other), 0): [1, 0, 0, 1], (tuple(other), 100): [1, 1, 0, 0],
+    }
+    cache = {"identity": {}, "fingerprints": {"0": ["a"] * 4, "100": ["b"] * 4},
+             "blocks": {ScoreCache.key(list(s), p): v for (s, p), v in scores.items()}}
+    (tmp_path / "scores.cache.json").write_text(json.dumps(cache))
+
+    def run(method, seed, scales):
+        return {"method": method, "seed": seed, "budget": 8, "best": {"scales": scales}}
+    record = {"settings": {"heldout_samples": 4},
+              "runs": [run("sweep-random", 1, curve), run("paper-ga", 1, other), run("paper-ga", 2, other),
+                       run("random", 1, curve)]}
+    rows = benchmark.head_to_head(record, tmp_path / "scores.cache.json")
+    # paper-ga seed 2 has no sweep-random seed 2 to face; random seed 1 holds the same curve: a tie
+    assert [(r["method"], r["seed"]) for r in rows] == [("paper-ga", 1), ("random", 1)]
+    versus, tie = rows
+    assert (versus["gained"], versus["lost"]) == (1, 3) and versus["difference"] == pytest.approx(-2 / 8)
+    assert (tie["gained"], tie["lost"], tie["difference"]) == (0, 0, 0)
+    lines = "\n".join(benchmark.format_head_to_head(rows))
+    assert "| 8 | paper-ga | -25.0 [" in lines and "1 / 3, p = 0.625" in lines
+    assert "| 8 | random | the same curve | +0.0 |" in lines and not versus["same_curve"]
+    # a best whose held-out scores are missing is left out rather than compared on fewer samples
+    record["settings"]["heldout_samples"] = 5
+    assert benchmark.head_to_head(record, tmp_path / "scores.cache.json") == []
