@@ -77,7 +77,8 @@ Output, in ``--output`` (default ``results/search_efficiency``):
   vanilla and over the start with intervals and p;
 - ``efficiency.md``: per budget, each method's mean gain over the seeds and each seed's, and each
   method's best against the demo's search's best of the same seed, paired on the same held-out samples;
-- ``efficiency.png``: held-out gain against forwards used, one line per method, seeds as points;
+- ``efficiency.png``: held-out gain against forwards used, one line per method (dashed between means
+  over different seeds), seeds as points;
 - ``evaluations.jsonl``: every fitness evaluation made (scales, racing threshold, fitness, info,
   forwards), and ``scores.cache.json``: the held-out scores.
 
@@ -702,7 +703,8 @@ def format_report(record: dict, versus: list[dict] | None = None) -> str:
 
 
 def plot_report(record: dict, path: Path) -> None:
-    """Held-out gain against forwards used: one line per method (the means per budget), seeds as points."""
+    """Held-out gain against forwards used: per method its mean per budget, each marked with its number of
+    seeds and joined by a line (dashed where the two means hold different seeds), and each seed as a point."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
