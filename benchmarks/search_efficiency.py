@@ -602,14 +602,15 @@ def head_to_head(record: dict, cache_path: Path) -> list[dict]:
 
     if not cache_path.is_file():
         return []
-    saved = json.loads(cache_path.read_text(encoding="utf-8"))
-    blocks, count = saved.get("blocks", {}), record["settings"]["heldout_samples"]
-    percents = sorted(int(p) for p in saved.get("fingerprints", {}))
+    # The file's own identity: the records it holds are read back, not checked against a model
+    cache = ScoreCache(cache_path, json.loads(cache_path.read_text(encoding="utf-8"))["identity"])
+    count = record["settings"]["heldout_samples"]
+    percents = sorted(int(p) for p in cache.fingerprints)
 
     def scores(scales) -> list[float] | None:
         flat = []
         for percent in percents:
-            block = blocks.get(ScoreCache.key(scales, percent), [])[:count]
+            block = cache.get(scales, percent)[:count]
             if len(block) < count:
                 return None
             flat += block
