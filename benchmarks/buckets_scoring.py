@@ -30,7 +30,7 @@ import sys
 
 import torch
 
-from side_by_side import parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("full logits", "answer logits", "vanilla")
@@ -42,8 +42,7 @@ FLAGS = (  # flag, type, default, help
     ("--dtype", str, "bfloat16", "model dtype"),
     ("--samples", int, 10, "samples in all, spread over the five gold positions"),
     ("--repeats", int, 2, "interleaved repeats of the three paths"),
-    ("--threads", int, None, "torch threads (default: torch's choice)"),
-    ("--json", str, None, "also write the measurements here"),
+    *RUN_FLAGS,
 )
 
 

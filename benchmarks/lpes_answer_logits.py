@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from side_by_side import parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
 
 METHODS = ("full logits", "answer logits")
 
@@ -38,8 +38,7 @@ FLAGS = (  # flag, type, default, help
     ("--questions", int, 40, "questions of that subject (4 requests each)"),
     ("--batch-size", str, "16", "lpes_hf batch_size"),
     ("--repeats", int, 2, "interleaved repeats of the two paths"),
-    ("--threads", int, None, "torch threads (default: torch's choice)"),
-    ("--json", str, None, "also write the measurements here"),
+    *RUN_FLAGS,
 )
 
 

@@ -11,6 +11,13 @@ import time
 import torch
 
 
+# The rows that end every side-by-side script's flag table.
+RUN_FLAGS = (
+    ("--threads", int, None, "torch threads (default: torch's choice)"),
+    ("--json", str, None, "also write the measurements here"),
+)
+
+
 def parse_flags(description: str, flags, argv, positive: tuple[str, ...] = ()) -> argparse.Namespace:
     """``flags``: (flag, type, default, help) rows; each flag named in ``positive`` must be >= 1."""
     parser = argparse.ArgumentParser(description=description)

@@ -187,8 +187,10 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
                            mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load,
                            progress=lambda name, percent, count: reported.append((name, percent, count)))
     assert loaded == ["hf:device=cpu"] and list(scored["scores"]) == ["vanilla", "hf again"]
-    positions = [0, 20, 40, 60, 80, 100]  # the bar counts samples: none cached, then both, baselines included
-    assert reported == [(name, p, count) for name in ("vanilla", "hf again") for p in positions for count in (0, 2)]
+    # The bar counts samples: none cached at any position, then both at every position (scored together,
+    # as a sample's prompts at the six positions share their text), baselines included.
+    positions = [0, 20, 40, 60, 80, 100]
+    assert reported == [(name, p, count) for name in ("vanilla", "hf again") for count in (0, 2) for p in positions]
     assert scored["methods"]["hf again"] == "hf:device=cpu"
     vanilla, again = scored["scores"]["vanilla"], scored["scores"]["hf again"]
     values = [v for p in vanilla for v in vanilla[p]]
@@ -234,40 +236,41 @@ def test_a_bad_baseline_is_named_before_anything_loads(tmp_path, baseline, messa
 
 
 def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypatch):
-    """Scores reach the cache every CHUNK samples, not once per position: a run killed in the
-    middle of a position resumes from its last chunk, and scores nothing twice."""
+    """Scores reach the cache every CHUNK samples (the same samples at every position), not once per
+    position: a killed run resumes from its last chunk, and scores nothing twice."""
     from lpes_harness.analysis import paired as module
     from lpes_harness.lm import LPESLM
     from lpes_harness.lmeval.position_scorer import PositionScorer
 
-    monkeypatch.setattr(module, "CHUNK", 2)
+    monkeypatch.setattr(module, "CHUNK", 12)  # 6 positions: 2 samples of each a chunk
     asked = []
-    real_scores = PositionScorer.scores
+    real_scores = PositionScorer.scores_at
 
-    def scores(self, percent, indices):
+    def scores_at(self, requests):
         if len(asked) == 2:
             raise KeyboardInterrupt  # the third chunk: the user stops the run
-        asked.append((percent, list(indices)))
-        return real_scores(self, percent, indices)
+        asked.append({p: list(indices) for p, indices in requests.items()})
+        return real_scores(self, requests)
 
-    monkeypatch.setattr(PositionScorer, "scores", scores)
+    monkeypatch.setattr(PositionScorer, "scores_at", scores_at)
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
     cache = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
     run = dict(num_samples=5, metadata={"num_pairs": 3}, mode="logprob", cache=cache)
     with pytest.raises(KeyboardInterrupt):
         module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **run)
-    assert asked == [(0, [0, 1]), (0, [2, 3])]
-    kept = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"}).get([1.0] * 4, 0)
-    assert len(kept) == 4
+    positions = [0, 20, 40, 60, 80, 100]
+    assert asked == [{p: [0, 1] for p in positions}, {p: [2, 3] for p in positions}]
+    kept = {p: ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"}).get([1.0] * 4, p) for p in positions}
+    assert all(len(scores) == 4 for scores in kept.values())
 
     asked.clear()
-    monkeypatch.setattr(PositionScorer, "scores", lambda self, percent, indices: asked.append((percent, list(indices)))
-                        or real_scores(self, percent, indices))
+    monkeypatch.setattr(PositionScorer, "scores_at", lambda self, requests: asked.append(dict(requests))
+                        or real_scores(self, requests))
     again = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
     scored = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **{**run, "cache": again})
-    assert asked[0] == (0, [4])  # only the fifth sample at 0 %, then the other positions from the start
-    assert asked[1:3] == [(20, [0, 1]), (20, [2, 3])]
-    assert scored["scores"]["vanilla"][0][:4] == kept and len(scored["scores"]["vanilla"][0]) == 5
+    assert asked == [{p: [4] for p in positions}]  # only the fifth sample, at every position
+    for p in positions:
+        assert scored["scores"]["vanilla"][p][:4] == kept[p] and len(scored["scores"]["vanilla"][p]) == 5
 
 
 def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
@@ -323,8 +326,8 @@ def test_curves_of_different_scalings_share_one_run_and_one_cache(checkpoint, tm
 
 
 def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(checkpoint, tmp_path, monkeypatch):
-    """--batch-size: in float32 a padded batch gives each sample the score it gets alone; a cache block
-    is the larger of CHUNK and the batch, so a batch is never cut in two."""
+    """--batch-size: in float32 a padded batch gives each sample the score it gets alone; a chunk between
+    two cache writes is the larger of CHUNK and the batch, so a batch is never cut in two."""
     import lpes_harness.analysis.paired as module
     from lpes_harness.analysis.score_cache import ScoreCache
     from lpes_harness.lm import LPESLM
@@ -337,12 +340,19 @@ def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(chec
     for percent in alone:
         assert batched[percent] == pytest.approx(alone[percent], abs=1e-4)
 
+    from lpes_harness.lmeval.position_scorer import PositionScorer
+
     chunks, real = [], module._fill
     monkeypatch.setattr(module, "_fill", lambda *a: chunks.append(a[-1]) or real(*a))
+    calls, scores_at = [], PositionScorer.scores_at
+    monkeypatch.setattr(PositionScorer, "scores_at",
+                        lambda self, requests: calls.append(sum(map(len, requests.values()))) or scores_at(self, requests))
     cache = ScoreCache(tmp_path / "c.json", {"x": 1})
     module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, batch_size=2 * module.CHUNK, cache=cache, **run)
-    module.score_methods(lm, "kv_retrieval", {"one": [1.0] * 4}, batch_size="auto", cache=cache, **run)
-    assert chunks == [2 * module.CHUNK] * 6 + [module.CHUNK] * 6
+    module.score_methods(lm, "kv_retrieval", {"other": [1.5] * 4}, batch_size="auto", cache=cache, **run)
+    assert chunks == [2 * module.CHUNK, module.CHUNK]
+    # 6 positions x 3 samples: one call of all 18 at batch 20; at CHUNK 10, 2 samples a position (12), then the last 6.
+    assert calls == [18, 12, 6]
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "many", "1.5"])

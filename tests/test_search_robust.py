@@ -188,6 +188,39 @@ def test_a_plan_fits_its_budget(budget, seconds):
     assert chosen.population == chosen.parents + chosen.mutants + chosen.crossovers and chosen.parents >= 2
 
 
+def test_a_table_whose_prompts_share_their_text_is_planned_at_its_share_and_leaves_the_rest_to_the_search():
+    from lpes_harness.search.budget import HELDOUT_MARGIN, plan
+
+    whole = plan(1800, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)
+    shared = plan(1800, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30, heldout_share=0.75)
+    table = HELDOUT_MARGIN * whole.heldout_rows * 5 * whole.heldout_samples
+    assert shared.heldout_samples == whole.heldout_samples  # the same table, able to show the same gain
+    assert shared.search_deadline_seconds - whole.search_deadline_seconds == pytest.approx(0.25 * table)
+    assert shared.expected_individuals > whole.expected_individuals
+    assert "x 0.75, as a sample's prompts" in shared.describe(5) and "x 1.00" not in whole.describe(5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_the_tables_share_is_counted_from_its_prompts_and_is_1_where_nothing_is_shared(tmp_path, batch_size):
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.answer_logits import shared_token_fraction
+    from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
+    from lpes_harness.search.timing import SHARE_ALLOWANCE, heldout_share
+
+    lm = LPESLM(pretrained=save_tiny_checkpoint(tmp_path / "model"), device="cpu", dtype="float32")
+    fitness = LMEvalFitness(lm, FitnessConfig(task="needle", metadata={"num_sentences": 6}, num_samples=2,
+                                              batch_size=batch_size))
+    share = heldout_share(fitness)
+    if batch_size > 1:  # a batch of prompts a forward shares no text: the table runs every prompt whole
+        assert share == 1.0
+        return
+    scorer = fitness.scorer
+    counted = [shared_token_fraction(lm, [scorer.prompt(scorer.tasks[p], scorer.docs[p][i]) for p in scorer.tasks])
+               for i in range(2)]
+    assert all(0.3 < c < 0.9 for c in counted)  # the needle moves through one text: much of it shared, not all
+    assert share == pytest.approx(min(1.0, max(counted) + SHARE_ALLOWANCE))  # the worst sample, with its allowance
+
+
 def test_every_sample_order_has_its_measured_racing_saving_and_the_cheaper_order_plans_more():
     from lpes_harness.search.budget import RACING_SAVING, plan
     from lpes_harness.search.sample_order import SAMPLE_ORDERS

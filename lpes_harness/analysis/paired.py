@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -199,13 +200,12 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
         for name, scales in methods.items():
             lm.set_scales(list(scales))
             key = canonical(scales, lm.scaling)  # a both curve with base factors 1 is its position curve
-            scores[name] = {p: _fill(scorer, key, p, cache, functools.partial(report, name, p), chunk) for p in percents}
+            scores[name] = _fill(scorer, key, percents, cache, functools.partial(report, name), chunk)
     finally:
         lm.set_scales(previous)
     for name, baseline in (baselines or {}).items():
         with _scored_by(scorer, baseline, percents, cache, load_baseline):
-            scores[name] = {p: _fill(scorer, baseline.spec, p, cache, functools.partial(report, name, p), chunk)
-                            for p in percents}
+            scores[name] = _fill(scorer, baseline.spec, percents, cache, functools.partial(report, name), chunk)
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
@@ -215,18 +215,27 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     }  # fmt: skip
 
 
-def _fill(scorer, method, percent: int, cache, report, chunk: int = CHUNK) -> list[float]:
-    """Every sample's score at ``percent`` for ``method`` (scales or a baseline's spec): what the
-    cache lacks is scored ``chunk`` samples at a time, each chunk saved before the next."""
-    docs = scorer.docs[percent]
-    known = cache.get(method, percent, docs) if cache is not None else []
-    report(len(known))
-    while len(known) < len(docs):
-        new = scorer.scores(percent, list(range(len(known), min(len(known) + chunk, len(docs)))))
-        known = known + new
-        if cache is not None:
-            cache.put(method, percent, docs, known)
-        report(len(new))
+def _fill(scorer, method, percents, cache, report, chunk: int = CHUNK) -> dict[int, list[float]]:
+    """Every sample's score at each of ``percents`` for ``method`` (scales or a baseline's spec).
+
+    What the cache lacks is scored about ``chunk`` samples at a time, each chunk saved before the
+    next. A chunk holds the same samples at every position: a sample's prompts are the same text
+    but where the gold item sits, and the scorer runs the text they share once
+    (:meth:`PositionScorer.scores_at`). ``report(percent, count)`` is told of every count done.
+    """
+    docs = {percent: scorer.docs[percent] for percent in percents}
+    known = {percent: cache.get(method, percent, docs[percent]) if cache is not None else [] for percent in percents}
+    for percent in percents:
+        report(percent, len(known[percent]))
+    per_position = max(1, math.ceil(chunk / len(percents)))
+    while any(len(known[p]) < len(docs[p]) for p in percents):
+        todo = {p: list(range(len(known[p]), min(len(known[p]) + per_position, len(docs[p])))) for p in percents}
+        new = scorer.scores_at({p: indices for p, indices in todo.items() if indices})
+        for percent, scores in new.items():
+            known[percent] = known[percent] + scores
+            if cache is not None:
+                cache.put(method, percent, docs[percent], known[percent])
+            report(percent, len(scores))
     return known
 
 

@@ -8,7 +8,10 @@ with and without quotes, MDQA's several answers).
 
 Here each distinct prompt runs once through the decoder, keeping its KV cache; its answers then
 cost one batched forward over their own few tokens on that cache, and the output layer runs
-only at the answer positions.
+only at the answer positions. At batch size 1, prompts that begin with the same tokens also
+share those: a position task's prompts of one sample differ only from where the gold item
+sits, and run in lexicographic order on one KV cache cut back to what the next prompt shares
+(:func:`_score_sharing_prefixes`; ~0.7x the tokens and time on multi_needle's five positions).
 
 ``batch_size`` is how many prompts (samples) go into one forward. With 1, each prompt has
 its own forwards (``logits_to_keep`` picks the answer positions). With more, prompts are
@@ -59,12 +62,15 @@ class AnswerScore:
     num_tokens: int
 
 
-def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 1) -> list[AnswerScore]:
+def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 1,
+                  share_prefixes: bool = True) -> list[AnswerScore]:
     """Score each ``(context, continuation)``; pairs that share a context share its forward pass.
 
     ``lm`` is an lm-eval HFLM (``lpes_hf`` included): its tokenizer, ``max_length`` and
     device are used as its own ``loglikelihood`` would use them. ``batch_size``: prompts
-    per forward, an integer >= 1 or ``"auto"`` (see :func:`resolve_batch_size`).
+    per forward, an integer >= 1 or ``"auto"`` (see :func:`resolve_batch_size`). At batch
+    size 1, ``share_prefixes`` also runs the tokens that different contexts begin with once
+    (:func:`_score_sharing_prefixes`); off, each context runs whole.
     """
     from lpes_harness.lmeval.requests import encode_pair
 
@@ -78,6 +84,11 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     results: list[AnswerScore | None] = [None] * len(pairs)
     groups = [(list(context), indices, [encoded[i][1] for i in indices]) for context, indices in by_context.items()]
     size = resolve_batch_size(lm, batch_size)
+    if size == 1 and share_prefixes and _prefix_cache(lm) is not None:
+        for (_, indices, _), scores in zip(groups, _score_sharing_prefixes(lm, [(c, a) for c, _, a in groups])):
+            for i, score in zip(indices, scores):
+                results[i] = score
+        return results
     batchable = []
     for context, indices, answers in groups:
         if size == 1 or not _fits_shared(lm, context, answers):
@@ -277,6 +288,88 @@ def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[Ans
     steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
     logits = lm.model(steps, use_cache=True, logits_to_keep=width, **{cache_keyword(lm.model): cache}).logits
     return [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
+
+
+def _prefix_cache(lm):
+    """An empty KV cache that can be cut back to any length, or None where the model's cannot.
+
+    Sliding-window layers (Gemma-3's) keep only their window, so a cache cut back past it cannot
+    be extended again: those models score each prompt from scratch."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=lm.model.config)
+    return cache if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers) else None
+
+
+def shared_token_fraction(lm, contexts: Sequence[str]) -> float:
+    """The share of the contexts' tokens that :func:`score_answers` runs at batch size 1, counted
+    without a forward: 1 where the model's cache cannot be cut back (each context then runs whole)."""
+    if _prefix_cache(lm) is None:
+        return 1.0
+    encoded = sorted({tuple(lm.tok_encode(context)) for context in contexts})
+    run, previous = 0, ()
+    for tokens in encoded:
+        run += len(tokens) - min(_common_prefix(previous, tokens), len(tokens) - 1)
+        previous = tokens
+    return run / max(1, sum(map(len, encoded)))
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+@torch.inference_mode()
+def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]]) -> list[list[AnswerScore]]:
+    """Every ``(context, answers)`` at batch size 1, the tokens a context shares with the one before it run once.
+
+    A position task's prompts of one sample are the same text but where the gold item sits, so
+    the prompt with the gold item at 75 % shares its first three quarters with the one at 100 %.
+    Contexts go in lexicographic order of their tokens: each then shares with the one before it
+    the longest prefix it shares with any earlier one, and the KV cache, cut back to that prefix,
+    serves it. On multi_needle's five positions that runs ~70 % of the tokens (benchmarks/
+    prefix_sharing.py). Positions continue from the cache's length, so a scaled layer rotates
+    the new tokens exactly as in one forward over the whole prompt (the cached-generation test
+    of tests/test_rope.py); the scores equal :func:`_score_context`'s to float rounding.
+    """
+    cache, previous = _prefix_cache(lm), []
+    keyword = cache_keyword(lm.model)
+    results: list[list[AnswerScore] | None] = [None] * len(groups)
+    for index in sorted(range(len(groups)), key=lambda i: groups[i][0]):
+        context, answers = groups[index]
+        if not _fits_shared(lm, context, answers):
+            results[index] = _score_context(lm, context, answers)  # lm-eval's left truncation, scored alone
+            continue
+        keep = min(_common_prefix(previous, context), len(context) - 1)
+        if cache.get_seq_length() > keep:
+            cache.crop(keep - cache.get_seq_length())
+        previous = context
+        if len(answers) == 1:  # the rest of the context and the answer in one forward, as _score_alone
+            answer = answers[0]
+            ids = torch.tensor([context[keep:] + answer[:-1]], dtype=torch.long, device=lm.device)
+            logits = lm.model(ids, use_cache=True, logits_to_keep=len(answer), **{keyword: cache}).logits[0]
+            results[index] = [_judge(logits, answer)]  # the answer's tokens in the cache go at the next cut
+            continue
+        if keep < len(context) - 1:  # the context but its last token ...
+            rest = torch.tensor([context[keep:-1]], dtype=torch.long, device=lm.device)
+            decoder = lm.model.get_decoder()
+            decoder(rest, use_cache=True, **{cache_keyword(decoder): cache})
+        # ... then all its answers in one batch on copies of that cache, as _score_context; the
+        # first copy, cut back to the context, is the cache again.
+        width = max(len(answer) for answer in answers)
+        cache.batch_repeat_interleave(len(answers))
+        rows = [[context[-1], *answer[:-1]] + [context[-1]] * (width - len(answer)) for answer in answers]
+        steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
+        logits = lm.model(steps, use_cache=True, logits_to_keep=width, **{keyword: cache}).logits
+        results[index] = [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
+        cache.batch_select_indices(torch.tensor([0], device=lm.device))
+        cache.crop(-width)
+    return results
 
 
 @torch.inference_mode()

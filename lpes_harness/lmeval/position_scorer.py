@@ -92,13 +92,21 @@ class PositionScorer:
         )
 
     def scores(self, percent: int, indices: Sequence[int]) -> list[float]:
-        if not indices:
-            return []
-        task = self.tasks[percent]
-        docs = [self.docs[percent][i] for i in indices]
+        return self.scores_at({percent: indices})[percent]
+
+    def scores_at(self, requests: Mapping[int, Sequence[int]]) -> dict[int, list[float]]:
+        """``{percent: indices}`` -> ``{percent: scores}``, every position's samples in one call.
+
+        A sample's prompts at the different gold positions are the same text but where the gold
+        item sits, so in the one-pass modes they go to the scorer together, which runs the text
+        they share once (:func:`lpes_harness.lmeval.answer_logits.score_answers`).
+        """
+        requests = {percent: list(indices) for percent, indices in requests.items()}
+        docs = {percent: [self.docs[percent][i] for i in indices] for percent, indices in requests.items()}
         if self.mode == "generate":
-            return self._score_generate(task, docs)
-        return self._score_loglikelihood(task, docs)
+            return {percent: self._score_generate(self.tasks[percent], docs[percent]) if docs[percent] else []
+                    for percent in requests}
+        return self._score_loglikelihood(docs)
 
     def generate(self, task, docs) -> list[str]:
         """The model's answers to ``docs`` of ``task``: lm-eval ``generate_until`` on these prompts."""
@@ -125,18 +133,22 @@ class PositionScorer:
                 owner.append(i)
         return pairs, owner
 
-    def _score_loglikelihood(self, task, docs) -> list[float]:
-        pairs, owner = self.answer_pairs(task, docs)
-        results = self._one_pass(pairs)
-        correct = [0.0] * len(docs)  # greedy: any gold answer is what greedy decoding writes
-        logprob = [-math.inf] * len(docs)  # mean log-probability per gold token, best over the gold answers
-        for i, result in zip(owner, results):
-            correct[i] = max(correct[i], 1.0 if result.is_greedy else 0.0)
-            logprob[i] = max(logprob[i], result.logprob / result.num_tokens)
+    def _score_loglikelihood(self, docs: Mapping[int, list]) -> dict[int, list[float]]:
+        pairs, owner = [], []
+        for percent, percent_docs in docs.items():
+            percent_pairs, percent_owner = self.answer_pairs(self.tasks[percent], percent_docs)
+            pairs += percent_pairs
+            owner += [(percent, i) for i in percent_owner]
+        results = self._one_pass(pairs) if pairs else []
+        correct = {p: [0.0] * len(d) for p, d in docs.items()}  # greedy: any gold answer is what greedy decoding writes
+        logprob = {p: [-math.inf] * len(d) for p, d in docs.items()}  # mean per gold token, best over the gold answers
+        for (percent, i), result in zip(owner, results):
+            correct[percent][i] = max(correct[percent][i], 1.0 if result.is_greedy else 0.0)
+            logprob[percent][i] = max(logprob[percent][i], result.logprob / result.num_tokens)
         if self.mode == "greedy":
             return correct
         if self.mode == "tiebreak":  # accuracy first, then the (geometric-mean) gold-token probability
-            return [c + TIEBREAK_EPS * math.exp(lp) for c, lp in zip(correct, logprob)]
+            return {p: [c + TIEBREAK_EPS * math.exp(lp) for c, lp in zip(correct[p], logprob[p])] for p in docs}
         return logprob
 
     def _one_pass(self, pairs):

@@ -98,6 +98,7 @@ class Plan:
     initial: str = "mutants"  # "random": a random search, every individual a draw of generation 0
     search_deadline_seconds: float = math.inf  # from the command's start: the search stops there
     expected_individuals: int = 0  # what the forwards hold at the planned racing saving
+    heldout_share: float = 1.0  # the held-out table's time per forward, against a whole prompt's (shared text)
 
     @property
     def individuals(self) -> int:
@@ -115,8 +116,13 @@ class Plan:
         return (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
                 f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per "
                 f"position; then a held-out table of {self.heldout_rows} rows x {self.heldout_samples} samples per "
-                f"position ({heldout} forwards, planned at {HELDOUT_MARGIN:g}x), enough for a "
+                f"position ({heldout} forwards, planned at {HELDOUT_MARGIN:g}x{self._share()}), enough for a "
                 f"+{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
+
+    def _share(self) -> str:
+        if self.heldout_share >= 1:
+            return ""
+        return f" x {self.heldout_share:.2f}, as a sample's prompts at the gold positions share their text"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "individuals": self.individuals}
@@ -124,15 +130,17 @@ class Plan:
 
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
          sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
-         initial: str = "mutants", chunk_size: int | None = None) -> Plan:
+         initial: str = "mutants", chunk_size: int | None = None, heldout_share: float = 1.0) -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
     fraction of an individual's samples racing is expected to save (0: plan for the worst case).
-    ``chunk_size``: the fewest forwards a raced individual costs (a random search's most draws)."""
+    ``chunk_size``: the fewest forwards a raced individual costs (a random search's most draws).
+    ``heldout_share``: a held-out forward's time against a search forward's (below 1 where the table's
+    prompts share their text: :func:`lpes_harness.search.timing.heldout_share`)."""
     heldout = heldout_samples_for(positions)
     heldout_forwards = heldout_rows * positions * heldout
-    heldout_seconds = HELDOUT_MARGIN * heldout_forwards * seconds_per_sample
+    heldout_seconds = HELDOUT_MARGIN * heldout_share * heldout_forwards * seconds_per_sample
     forwards = (budget_seconds - overhead_seconds - heldout_seconds) / seconds_per_sample
     per_individual = positions * search_samples * (1 - racing_saving)
     # The sweep's points are planned unraced: the first has no bound to race against, and each later
@@ -149,7 +157,8 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
             f"{math.ceil(need / 60)} min")
     common = dict(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
                   heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial,
-                  search_deadline_seconds=budget_seconds - heldout_seconds, expected_individuals=individuals)
+                  search_deadline_seconds=budget_seconds - heldout_seconds, expected_individuals=individuals,
+                  heldout_share=heldout_share)
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
         # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
         draws = max(individuals, int((forwards - sweep_forwards) / chunk_size)) if chunk_size else individuals

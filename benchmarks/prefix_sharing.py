@@ -1,0 +1,126 @@
+"""A held-out table's prompts scored each from scratch, and sharing the text they begin with, side by side.
+
+    python benchmarks/prefix_sharing.py --samples 10 --repeats 2 --dtype float32 --threads 2
+
+One model load (``lpes_hf`` on the bundled SmolLM2 unless ``--pretrained``, scaled by ``--scales``:
+by default the committed reference curve, so the scaled rotary path runs on the cached tokens too).
+A sample here is what one chunk of a held-out table (``analysis.paired``) gives the scorer: the
+same ``multi_needle`` held-out sample at the five gold positions, five prompts that are one text
+but where the gold needle sits. Each sample is scored by
+
+- ``each alone``: ``score_answers(..., share_prefixes=False)``, every prompt through the whole
+  decoder (the held-out table's path before);
+- ``shared``: ``score_answers`` now: the prompts in lexicographic order on one KV cache, cut
+  back to what the next one shares.
+
+The two are interleaved per sample and repeat (the order reversed on every other repeat), so load
+on a shared machine hits them alike. The table gives the median seconds per sample (median over
+repeats, then over samples), the median per-sample ratio to ``each alone``, and the tokens the
+decoder ran; the last line says whether they agree (``is_greedy`` on every prompt, the largest
+difference in log-probability).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+
+PERCENTS = (0, 25, 50, 75, 100)
+METHODS = ("each alone", "shared")
+REFERENCE = "results/smollm2_multi_needle_reference/scales.json"  # from the repository's root
+
+FLAGS = (  # flag, type, default, help
+    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
+    ("--scales", str, None, "lpes_hf scales (default: the committed reference curve, for the bundled model run from "
+                            "the repository root; else 1)"),
+    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
+    ("--dtype", str, "float32", "model dtype"),
+    ("--samples", int, 10, "held-out samples, each at the five gold positions"),
+    ("--repeats", int, 2, "interleaved repeats of the two paths"),
+    *RUN_FLAGS,
+)
+
+
+def parse_args(argv):
+    return parse_flags(__doc__.split("\n\n")[0], FLAGS, argv, positive=("--samples", "--repeats"))
+
+
+def sample_prompts(lm, samples: int) -> list[list[tuple[str, str]]]:
+    """Each held-out sample's (context, continuation) pairs at the five gold positions, as the table builds them."""
+    from lpes_harness.lmeval.position_scorer import PositionScorer
+
+    scorer = PositionScorer(lm, "multi_needle", list(PERCENTS), split="heldout", num_samples=samples)
+    return [[pair for percent in PERCENTS
+             for pair in scorer.answer_pairs(scorer.tasks[percent], [scorer.docs[percent][index]])[0]]
+            for index in range(samples)]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from lpes_harness.files import atomic_write_json
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.answer_logits import score_answers
+
+    scales = args.scales or (REFERENCE if args.pretrained is None and Path(REFERENCE).is_file() else None)
+    lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, scales=scales)
+    samples = sample_prompts(lm, args.samples)
+    device = torch.device(lm.device)
+    tokens = []
+    hook = lm.model.get_decoder().register_forward_pre_hook(
+        lambda module, a, kw: tokens.append((a[0] if a else kw["input_ids"]).numel()), with_kwargs=True)
+
+    def run(method, pairs):
+        tokens.clear()
+        scores = score_answers(lm, pairs, share_prefixes=method == "shared")
+        return [(s.logprob, s.is_greedy) for s in scores], sum(tokens)
+
+    for method in METHODS:  # warm-up of both paths on the first sample
+        run(method, samples[0])
+    seconds = {method: [[] for _ in samples] for method in METHODS}
+    results = {method: [None] * len(samples) for method in METHODS}
+    for repeat in range(args.repeats):
+        order = METHODS if repeat % 2 == 0 else METHODS[::-1]
+        for index, pairs in enumerate(samples):
+            for method in order:
+                elapsed, results[method][index] = timed(lambda: run(method, pairs), device)
+                seconds[method][index].append(elapsed)
+        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    hook.remove()
+
+    per_sample = {method: [statistics.median(times) for times in seconds[method]] for method in METHODS}
+    base = per_sample["each alone"]
+    rows = {method: {"median_s": statistics.median(per_sample[method]),
+                     "ratio_to_each_alone": statistics.median(t / b for t, b in zip(per_sample[method], base)),
+                     "tokens": sum(result[1] for result in results[method])}
+            for method in METHODS}
+    alone = [score for sample in results["each alone"] for score in sample[0]]
+    shared = [score for sample in results["shared"] for score in sample[0]]
+    same_greedy = sum(a[1] == b[1] for a, b in zip(alone, shared))
+    max_dlogprob = max(abs(a[0] - b[0]) for a, b in zip(alone, shared))
+
+    print(f"multi_needle held-out, {len(samples)} samples x {len(PERCENTS)} gold positions, scales "
+          f"{scales or 1}, {args.dtype}, {torch.get_num_threads()} thread(s), {args.repeats} repeats")
+    print(f"{'method':<11} {'s / sample':>10} {'vs each alone':>14} {'tokens run':>11}")
+    for method in METHODS:
+        row = rows[method]
+        print(f"{method:<11} {row['median_s']:>10.3f} {row['ratio_to_each_alone']:>13.3f}x {row['tokens']:>11}")
+    print(f"shared / each alone: {rows['shared']['ratio_to_each_alone']:.3f}x the time, "
+          f"{rows['shared']['tokens'] / rows['each alone']['tokens']:.3f}x the tokens; agreement: "
+          f"{same_greedy}/{len(alone)} is_greedy, max |dlogprob| {max_dlogprob:.2g}")
+    if args.json:
+        atomic_write_json(args.json, {
+            "dtype": args.dtype, "threads": torch.get_num_threads(), "samples": len(samples), "repeats": args.repeats,
+            "scales": scales, "methods": rows, "per_sample_s": per_sample,
+            "agreement": {"is_greedy_same": same_greedy, "prompts": len(alone), "max_abs_dlogprob": max_dlogprob}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
