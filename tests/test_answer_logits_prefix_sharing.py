@@ -18,9 +18,12 @@ def prompt(slot: int) -> str:
 
 
 def position_pairs():
-    """One answer at each gold slot, several answers at two of them, a repeated prompt, a short unrelated one."""
+    """One answer at each gold slot, several answers at two of them, a prompt that extends another, a repeated
+    prompt, a short unrelated one."""
     pairs = [(prompt(slot), " 42") for slot in range(len(ITEMS) + 1)]
     pairs += [(prompt(2), ' "42"'), (prompt(2), " forty"), (prompt(5), " 4")]
+    # A context that extends another, whose several answers left the cache one token short of it.
+    pairs += [(prompt(2) + " 4", "2"), (prompt(2) + " 4", "3")]
     return pairs + [("zz", " z"), (prompt(0), " 42")]
 
 

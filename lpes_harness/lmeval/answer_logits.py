@@ -345,7 +345,8 @@ def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]])
         if not _fits_shared(lm, context, answers):
             results[index] = _score_context(lm, context, answers)  # lm-eval's left truncation, scored alone
             continue
-        keep = min(_common_prefix(previous, context), len(context) - 1)
+        # At most what the cache holds of the previous context: after several answers, all of it but its last token.
+        keep = min(_common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
         if cache.get_seq_length() > keep:
             cache.crop(keep - cache.get_seq_length())
         previous = context
