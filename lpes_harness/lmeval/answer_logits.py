@@ -84,8 +84,9 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     results: list[AnswerScore | None] = [None] * len(pairs)
     groups = [(list(context), indices, [encoded[i][1] for i in indices]) for context, indices in by_context.items()]
     size = resolve_batch_size(lm, batch_size)
-    if size == 1 and share_prefixes and _prefix_cache(lm) is not None:
-        for (_, indices, _), scores in zip(groups, _score_sharing_prefixes(lm, [(c, a) for c, _, a in groups])):
+    cache = _prefix_cache(lm) if size == 1 and share_prefixes else None
+    if cache is not None:
+        for (_, indices, _), scores in zip(groups, _score_sharing_prefixes(lm, [(c, a) for c, _, a in groups], cache)):
             for i, score in zip(indices, scores):
                 results[i] = score
         return results
@@ -267,7 +268,6 @@ def _read_answers(logits_at, reads: list[tuple[int, int, list[int]]]) -> list[An
 
 @torch.inference_mode()
 def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[AnswerScore]:
-    width = max(len(answer) for answer in answers)
     # One answer: a single forward over prompt + answer is cheapest (splitting it in two costs
     # an extra read of the weights, measured ~10 % on a CPU). Too long: lm-eval's truncation.
     if len(answers) == 1 or not _fits_shared(lm, context, answers):
@@ -282,9 +282,18 @@ def _score_context(lm, context: list[int], answers: list[list[int]]) -> list[Ans
     decoder(prefix, use_cache=True, **{cache_keyword(decoder): cache})  # no output layer: nothing to read
     # All answers in one batch on copies of that cache: on a CPU a forward over a few tokens
     # costs about one read of the weights, so one batched forward beats one per answer.
-    # Rows are right-padded: under the causal mask no real token sees the padding after it.
+    return _answers_on_cache(lm, cache, context[-1], answers)
+
+
+def _answers_on_cache(lm, cache, last_token: int, answers: list[list[int]]) -> list[AnswerScore]:
+    """Each answer read on a copy of ``cache`` (a context but its last token), all in one forward.
+
+    A row is [``last_token``] + answer[:-1], whose logits predict the answer's tokens. Rows are
+    right-padded: under the causal mask no real token sees the padding after it. The cache is
+    left with one row per answer, each ``max(len(answer))`` tokens longer."""
+    width = max(len(answer) for answer in answers)
     cache.batch_repeat_interleave(len(answers))
-    rows = [[context[-1], *answer[:-1]] + [context[-1]] * (width - len(answer)) for answer in answers]
+    rows = [[last_token, *answer[:-1]] + [last_token] * (width - len(answer)) for answer in answers]
     steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
     logits = lm.model(steps, use_cache=True, logits_to_keep=width, **{cache_keyword(lm.model): cache}).logits
     return [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
@@ -325,8 +334,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 @torch.inference_mode()
-def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]]) -> list[list[AnswerScore]]:
-    """Every ``(context, answers)`` at batch size 1, the tokens a context shares with the one before it run once.
+def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]], cache) -> list[list[AnswerScore]]:
+    """Every ``(context, answers)`` at batch size 1, the tokens a context shares with the one before it run once
+    (``cache``: an empty :func:`_prefix_cache`).
 
     A position task's prompts of one sample are the same text but where the gold item sits, so
     the prompt with the gold item at 75 % shares its first three quarters with the one at 100 %.
@@ -337,7 +347,7 @@ def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]])
     the new tokens exactly as in one forward over the whole prompt (the cached-generation test
     of tests/test_rope.py); the scores equal :func:`_score_context`'s to float rounding.
     """
-    cache, previous = _prefix_cache(lm), []
+    previous = []
     keyword = cache_keyword(lm.model)
     results: list[list[AnswerScore] | None] = [None] * len(groups)
     for index in sorted(range(len(groups)), key=lambda i: groups[i][0]):
@@ -362,14 +372,9 @@ def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]])
             decoder(rest, use_cache=True, **{cache_keyword(decoder): cache})
         # ... then all its answers in one batch on copies of that cache, as _score_context; the
         # first copy, cut back to the context, is the cache again.
-        width = max(len(answer) for answer in answers)
-        cache.batch_repeat_interleave(len(answers))
-        rows = [[context[-1], *answer[:-1]] + [context[-1]] * (width - len(answer)) for answer in answers]
-        steps = torch.tensor(rows, dtype=torch.long, device=lm.device)
-        logits = lm.model(steps, use_cache=True, logits_to_keep=width, **{keyword: cache}).logits
-        results[index] = [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
+        results[index] = _answers_on_cache(lm, cache, context[-1], answers)
         cache.batch_select_indices(torch.tensor([0], device=lm.device))
-        cache.crop(-width)
+        cache.crop(-max(len(answer) for answer in answers))
     return results
 
 
