@@ -221,6 +221,29 @@ def test_the_tables_share_is_counted_from_its_prompts_and_is_1_where_nothing_is_
     assert share == pytest.approx(min(1.0, max(counted) + SHARE_ALLOWANCE))  # the worst sample, with its allowance
 
 
+def test_a_table_size_the_user_gives_is_kept_and_0_gives_the_whole_budget_to_the_search():
+    from lpes_harness.search.budget import BudgetTooSmall, HELDOUT_MARGIN, heldout_samples_for, plan
+
+    common = dict(positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)
+    sized = plan(1800, 1.0, **common)
+    assert sized.heldout_samples == heldout_samples_for(5) and "enough for a +10-point gain" in sized.describe(5)
+    none = plan(1800, 1.0, **common, heldout_samples=0)
+    assert none.heldout_samples == 0 and none.search_deadline_seconds == 1800
+    assert none.individuals > sized.individuals and "no held-out table (--heldout-samples 0)" in none.describe(5)
+    small = plan(1800, 1.0, **common, heldout_samples=10)
+    assert small.heldout_samples == 10 and small.search_deadline_seconds == 1800 - HELDOUT_MARGIN * 2 * 5 * 10
+    assert f"fewer than the {heldout_samples_for(5)} a +10-point gain needs" in small.describe(5)
+    with pytest.raises(BudgetTooSmall, match="of the size --heldout-samples asks"):
+        plan(1800, 1.0, **common, heldout_samples=150)  # 1,500 forwards of table leave no room for a search
+
+
+@pytest.mark.parametrize("flags, asked", [([], None), (["--heldout-samples", "0"], 0), (["--heldout-samples", "12"], 12)])
+def test_the_command_line_tells_the_plan_whether_the_table_size_was_asked(flags, asked):
+    args = parse_args(["--profile", "cpu", "--time-budget", "1h", *flags])
+    assert args.heldout_samples_asked == asked
+    assert args.heldout_samples == (40 if asked is None else asked)  # the profile's, until the plan sizes it
+
+
 def test_every_sample_order_has_its_measured_racing_saving_and_the_cheaper_order_plans_more():
     from lpes_harness.search.budget import RACING_SAVING, plan
     from lpes_harness.search.sample_order import SAMPLE_ORDERS

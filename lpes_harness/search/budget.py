@@ -113,11 +113,17 @@ class Plan:
         else:
             what = (f"{self.individuals} individuals (population {self.population}, {self.generations} generations "
                     f"of {self.crossovers} crossover + {self.mutants} mutants), stopped at {deadline} if still running")
-        return (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
-                f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per "
-                f"position; then a held-out table of {self.heldout_rows} rows x {self.heldout_samples} samples per "
-                f"position ({heldout} forwards, planned at {HELDOUT_MARGIN:g}x{self._share()}), enough for a "
-                f"+{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}")
+        search = (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
+                  f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per position")
+        if not self.heldout_samples:
+            return f"{search}; no held-out table (--heldout-samples 0): the whole budget is the search's"
+        table = (f"{search}; then a held-out table of {self.heldout_rows} rows x {self.heldout_samples} samples per "
+                 f"position ({heldout} forwards, planned at {HELDOUT_MARGIN:g}x{self._share()})")
+        powered = heldout_samples_for(positions)
+        if self.heldout_samples < powered:
+            return (f"{table}, as --heldout-samples asks: fewer than the {powered} a +{100 * DEFAULT_GAIN:.0f}-point "
+                    f"gain needs to reach p < {DEFAULT_ALPHA}")
+        return f"{table}, enough for a +{100 * DEFAULT_GAIN:.0f}-point gain to reach p < {DEFAULT_ALPHA}"
 
     def _share(self) -> str:
         if self.heldout_share >= 1:
@@ -130,15 +136,18 @@ class Plan:
 
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
          sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
-         initial: str = "mutants", chunk_size: int | None = None, heldout_share: float = 1.0) -> Plan:
+         initial: str = "mutants", chunk_size: int | None = None, heldout_share: float = 1.0,
+         heldout_samples: int | None = None) -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
     fraction of an individual's samples racing is expected to save (0: plan for the worst case).
     ``chunk_size``: the fewest forwards a raced individual costs (a random search's most draws).
     ``heldout_share``: a held-out forward's time against a search forward's (below 1 where the table's
-    prompts share their text: :func:`lpes_harness.search.timing.heldout_share`)."""
-    heldout = heldout_samples_for(positions)
+    prompts share their text: :func:`lpes_harness.search.timing.heldout_share`). ``heldout_samples``: the
+    held-out table's samples per position as the user asked them (``--heldout-samples``; 0: no table), kept
+    whatever their power; None: the fewest that show the gain (:func:`heldout_samples_for`)."""
+    heldout = heldout_samples_for(positions) if heldout_samples is None else heldout_samples
     heldout_forwards = heldout_rows * positions * heldout
     heldout_seconds = HELDOUT_MARGIN * heldout_share * heldout_forwards * seconds_per_sample
     forwards = (budget_seconds - overhead_seconds - heldout_seconds) / seconds_per_sample
@@ -150,11 +159,15 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     # The smallest search worth the name: a population of 4 and one generation of 2 children.
     if individuals < 6:
         need = overhead_seconds + heldout_seconds + seconds_per_sample * (sweep_forwards + 6 * per_individual)
-        raise BudgetTooSmall(
-            f"a time budget of {budget_seconds / 60:.1f} min holds a held-out table able to show a "
-            f"+{100 * DEFAULT_GAIN:.0f}-point gain at p < {DEFAULT_ALPHA} ({heldout_rows} rows x {heldout} samples "
-            f"per position at {seconds_per_sample:.2f} s a sample) but no search beside it; give at least "
-            f"{math.ceil(need / 60)} min")
+        if not heldout:
+            holds = "no search of 6 individuals beside its sweep (and no held-out table, as --heldout-samples 0 asks)"
+        else:
+            why = (f"able to show a +{100 * DEFAULT_GAIN:.0f}-point gain at p < {DEFAULT_ALPHA}" if heldout_samples is None
+                   else "of the size --heldout-samples asks")
+            holds = (f"a held-out table {why} ({heldout_rows} rows x {heldout} samples per position at "
+                     f"{seconds_per_sample:.2f} s a sample) but no search beside it")
+        raise BudgetTooSmall(f"a time budget of {budget_seconds / 60:.1f} min holds {holds}; give at least "
+                             f"{math.ceil(need / 60)} min")
     common = dict(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
                   heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial,
                   search_deadline_seconds=budget_seconds - heldout_seconds, expected_individuals=individuals,

@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--time-budget", default=None, metavar="DURATION",
                      help="e.g. 10m or 1h: time the first forwards, then size the population, generations and the "
                           "held-out table so that the run ends within it (the table large enough for a +10-point "
-                          "gain to reach p < 0.01), print the plan; refused before the search when it cannot be. "
+                          "gain to reach p < 0.01, unless --heldout-samples or the config gives its size: 0 gives "
+                          "the whole budget to the search), print the plan; refused before the search when it cannot be. "
                           "The search stops in time for its held-out table whatever it planned (a resume counts on "
                           "from the time spent). With --initial random the search is the start and random draws "
                           "until that deadline")
@@ -214,6 +215,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.set_defaults(**config)
     args = parser.parse_args(argv)
     args.profile = profile
+    # --time-budget sizes the table the user left open, and keeps one the command line or config sized.
+    args.heldout_samples_asked = args.heldout_samples
     if args.heldout_samples is None:
         args.heldout_samples = profile_heldout_samples(profile, args.num_samples)
     _drop_profile_conditions_for_another_task(args, profile)

@@ -99,7 +99,7 @@ def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
                       heldout_rows=2 + ("pi" in args.heldout_extra), overhead_seconds=spent,
                       racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
                       if args.racing else 0.0, initial=args.initial, chunk_size=args.chunk_size if args.racing else None,
-                      heldout_share=share)
+                      heldout_share=share, heldout_samples=getattr(args, "heldout_samples_asked", None))
     except BudgetTooSmall as err:
         fail(f"--time-budget {args.time_budget}: {err}")
     for name in ("population", "parents", "mutants", "crossovers", "generations"):
