@@ -203,6 +203,20 @@ def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_sampl
     assert json.loads((output / "heldout.json").read_text())["table"]["rows"]["LPES"]["0"]["accuracy"] == 1.0
 
 
+def test_a_run_that_chose_the_plain_model_scores_no_table_of_vanilla_against_itself(checkpoint, tmp_path):
+    # Greedy answers of a random tiny model are all wrong: every individual ties with the start, uniform 1.
+    output = tmp_path / "plain"
+    args = ga_args(checkpoint, output, generations=1)
+    args[args.index("--fitness") + 1] = "greedy"
+    args[args.index("--sweep") + 1] = "1"
+    args[args.index("--heldout-samples") + 1] = "2"
+    done = run([sys.executable, GA, *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((output / "scales.json").read_text())["scales"] == [1.0] * 4
+    assert "no held-out table: the run's choice is uniform 1" in done.stdout and "held-out: vanilla" not in done.stdout
+    assert "heldout" not in json.loads((output / "result.json").read_text()) and not (output / "heldout.json").exists()
+
+
 def test_held_out_scores_of_another_model_stop_the_search_before_it_starts(checkpoint, tmp_path):
     """Not an hour later at the held-out table: before anything loads or is written."""
     output = tmp_path / "stale"

@@ -269,14 +269,18 @@ def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, valid
 def heldout_methods(args, spec, chosen: Candidate, sweep: dict | None, uniform: dict | None) -> dict:
     """The held-out table's rows: vanilla, the curve's PI (``--heldout-extra pi``; a uniform winner is
     its own PI), the run's curve named for what it is, and the best uniform factor (uniform.json,
-    else the sweep's best when ``--heldout-extra uniform``)."""
+    else the sweep's best when ``--heldout-extra uniform``). No row repeats vanilla's scales: a run
+    that chose the plain model may leave vanilla alone."""
     from lpes_harness.analysis.paired import lpes_methods
     from lpes_harness.scaling import identity
 
     rows = {"vanilla": identity(args.scaling, spec.num_layers)}
     if "pi" in args.heldout_extra and not chosen.is_uniform:
         rows["PI"] = lpes_methods(chosen.scales, (), spec.held_layers, args.scaling, spec.position_held_layers)["PI"]
-    rows[row_name(chosen.label, chosen.kind)] = list(chosen.scales)
+    # A run whose choice is uniform 1 (its start, when no curve beat the plain model) is vanilla: its row
+    # would score the same model twice.
+    if list(chosen.scales) != rows["vanilla"]:
+        rows[row_name(chosen.label, chosen.kind)] = list(chosen.scales)
     if uniform is not None:
         extra = (f"{uniform['label']} (uniform.json)", uniform["scales"])
     elif sweep is not None and "uniform" in args.heldout_extra:

@@ -229,14 +229,17 @@ def run(args: argparse.Namespace) -> dict:
     result["total_seconds"] = round(time.perf_counter() - launched, 1)  # load + sweep + GA + final choice
     atomic_write_json(output / "result.json", result)
     print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
-    if args.heldout_samples:
-        methods = final_choice.heldout_methods(args, spec, chosen, sweep, result.get("uniform"))
+    methods = final_choice.heldout_methods(args, spec, chosen, sweep, result.get("uniform")) if args.heldout_samples else {}
+    if len(methods) == 1:  # vanilla alone: the run chose the plain model, and there is nothing to compare
+        print("no held-out table: the run's choice is uniform 1, the plain model, and no other row differs from it",
+              flush=True)
+    elif methods:
         result["heldout"] = heldout.evaluate(lm, args, conditions, several, methods, output,
                                              batch_size=fitness_config.batch_size)
         result["total_seconds_with_heldout"] = round(time.perf_counter() - launched, 1)
         atomic_write_json(output / "result.json", result)
     print(f"forwards: {result['forwards']['total']} ({', '.join(f'{k} {v}' for k, v in result['forwards'].items() if k != 'total')})"
-          f"{'' if not args.heldout_samples else ', then the held-out table'}", flush=True)
+          f"{', then the held-out table' if 'heldout' in result else ''}", flush=True)
     return result
 
 
