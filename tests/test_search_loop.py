@@ -453,6 +453,23 @@ def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a
     assert callbacks.TimeLimitCallback.RATE_AFTER_FORWARDS == 40
 
 
+def test_a_time_limit_leaves_uniform_tuning_as_many_forwards_as_the_search_used(clock):
+    from lpes_harness.search import callbacks
+
+    def ten_forwards(scales):
+        fitness, info = synthetic_fitness(scales)
+        return fitness, {**info, "samples": {"begin": 4, "middle": 3, "end": 3}}
+
+    limit = callbacks.TimeLimitCallback(200.0, seconds_per_forward=0.7, matched=1.0)
+    result = GeneticSearch(TIMED_SPEC, timed(clock, 7.0, ten_forwards), random_search(59), [limit]).run()
+    # 7 s and 10 forwards an individual, each matched by 7 s of tuning: after k, 200 - 14 k is left, and the
+    # next needs 14 s; 14 individuals (98 s) leave the tuning its 98 s, where alone 28 would run.
+    assert result["processed"] == 14 and clock.now == 98.0
+    restored = callbacks.TimeLimitCallback(None)
+    restored.load_state_dict(limit.state_dict())
+    assert restored.matched == 1.0 and restored.seconds_left() == limit.seconds_left()
+
+
 def test_a_time_limit_counts_on_after_a_resume_and_a_spent_one_evaluates_nothing_new(clock):
     from lpes_harness.search import callbacks
 

@@ -140,7 +140,7 @@ def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_
     done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
                 "--task", "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--chunk-size", "1",
                 "--profile", "cpu", "--sweep", "1,0.8", "--initial", "random", "--time-budget", "25s", "--no-progress",
-                "--output", str(output)])
+                "--heldout-samples", "3", "--heldout-extra", "none", "--fitness", "logprob", "--output", str(output)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "random draws raced against the best so far until" in done.stdout
     result = json.loads((output / "result.json").read_text())
@@ -235,6 +235,33 @@ def test_a_table_size_the_user_gives_is_kept_and_0_gives_the_whole_budget_to_the
     assert f"fewer than the {heldout_samples_for(5)} a +10-point gain needs" in small.describe(5)
     with pytest.raises(BudgetTooSmall, match="of the size --heldout-samples asks"):
         plan(1800, 1.0, **common, heldout_samples=150)  # 1,500 forwards of table leave no room for a search
+
+
+def test_a_plan_holds_the_uniform_tuning_and_the_validation_that_follow_the_search():
+    from lpes_harness.search.budget import HELDOUT_MARGIN, plan
+
+    common = dict(positions=15, search_samples=6, sweep_points=3, overhead_seconds=60, racing_saving=0.3)
+    alone = plan(3 * 3600, 1.0, **common)
+    full = plan(3 * 3600, 1.0, **common, tuning=True, validation_forwards=1200)
+    assert full.individuals < alone.individuals / 2 + 1 and full.heldout_samples == alone.heldout_samples
+    per_individual = 15 * 6 * 0.7
+    search = 60 + 3 * 15 * 6 + full.expected_individuals * per_individual
+    after = HELDOUT_MARGIN * (full.heldout_rows * 15 * full.heldout_samples + 1200)
+    # The search, as many forwards again for the uniform factors, then validation and table: within the budget,
+    # the search stopping half-way between its sweep and what follows.
+    assert search + full.expected_individuals * per_individual + after <= 3 * 3600
+    assert full.search_deadline_seconds == pytest.approx(60 + 270 + (3 * 3600 - 60 - 270 - after) / 2)
+    assert "uniform factors on as many forwards as the search" in full.describe(15) and "1200 forwards" in full.describe(15)
+
+
+def test_the_planned_table_counts_every_row_the_run_adds():
+    from lpes_harness.search.timing import heldout_rows, validation_forwards
+
+    robust = parse_args(["--profile", "robust-smollm2", "--time-budget", "3h"])
+    assert heldout_rows(robust) == 4  # vanilla, PI, the curve and uniform.json
+    assert validation_forwards(robust, 15) == (robust.select_top + 9) * robust.validation_samples * 15
+    demo = parse_args(["--config", str(Path(GA).parents[1] / "searches" / "configs" / "smollm2_demo.json")])
+    assert heldout_rows(demo) == 2 and validation_forwards(demo, 5) == 0  # vanilla and the curve: --heldout-extra none
 
 
 @pytest.mark.parametrize("flags, asked", [([], None), (["--heldout-samples", "0"], 0), (["--heldout-samples", "12"], 12)])

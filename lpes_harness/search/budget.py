@@ -10,7 +10,9 @@ anything else runs):
    rows (vanilla, the curve, and any extra) each score every one of those samples.
 2. **Then the search** gets what is left: the sweep's points, and as many individuals as the
    forwards allow at the profile's samples per position, generation 0 being the population
-   and each later one ``crossovers + mutants`` new individuals.
+   and each later one ``crossovers + mutants`` new individuals. What else runs after the search
+   is set aside first: the validation's re-scoring, and with uniform tuning as many forwards
+   again as the search used (each search forward is planned twice).
 
 If the budget cannot hold that table and a search of at least one generation, the plan says so
 before anything starts (:class:`BudgetTooSmall`), with the budget that would.
@@ -99,6 +101,8 @@ class Plan:
     search_deadline_seconds: float = math.inf  # from the command's start: the search stops there
     expected_individuals: int = 0  # what the forwards hold at the planned racing saving
     heldout_share: float = 1.0  # the held-out table's time per forward, against a whole prompt's (shared text)
+    tuning: bool = False  # uniform factors tuned after the search on as many forwards as it used
+    validation_forwards: int = 0  # the honest choice's re-scoring after the search, as planned
 
     @property
     def individuals(self) -> int:
@@ -115,6 +119,10 @@ class Plan:
                     f"of {self.crossovers} crossover + {self.mutants} mutants), stopped at {deadline} if still running")
         search = (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
                   f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per position")
+        if self.tuning:
+            search += "; then uniform factors on as many forwards as the search used"
+        if self.validation_forwards:
+            search += f"; then the validation's choice ({self.validation_forwards} forwards planned)"
         if not self.heldout_samples:
             return f"{search}; no held-out table (--heldout-samples 0): the whole budget is the search's"
         table = (f"{search}; then a held-out table of {self.heldout_rows} rows x {self.heldout_samples} samples per "
@@ -137,7 +145,7 @@ class Plan:
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
          sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
          initial: str = "mutants", chunk_size: int | None = None, heldout_share: float = 1.0,
-         heldout_samples: int | None = None) -> Plan:
+         heldout_samples: int | None = None, tuning: bool = False, validation_forwards: int = 0) -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
@@ -146,19 +154,22 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     ``heldout_share``: a held-out forward's time against a search forward's (below 1 where the table's
     prompts share their text: :func:`lpes_harness.search.timing.heldout_share`). ``heldout_samples``: the
     held-out table's samples per position as the user asked them (``--heldout-samples``; 0: no table), kept
-    whatever their power; None: the fewest that show the gain (:func:`heldout_samples_for`)."""
+    whatever their power; None: the fewest that show the gain (:func:`heldout_samples_for`). ``tuning``: uniform
+    factors are tuned after the search on as many forwards as it used (``--uniform-tuning``), so each search
+    forward is planned twice. ``validation_forwards``: the validation's re-scoring after the search, planned
+    at the table's margin and share."""
     heldout = heldout_samples_for(positions) if heldout_samples is None else heldout_samples
     heldout_forwards = heldout_rows * positions * heldout
-    heldout_seconds = HELDOUT_MARGIN * heldout_share * heldout_forwards * seconds_per_sample
-    forwards = (budget_seconds - overhead_seconds - heldout_seconds) / seconds_per_sample
-    per_individual = positions * search_samples * (1 - racing_saving)
+    after_seconds = HELDOUT_MARGIN * heldout_share * (heldout_forwards + validation_forwards) * seconds_per_sample
+    forwards = (budget_seconds - overhead_seconds - after_seconds) / seconds_per_sample
+    per_individual = positions * search_samples * (1 - racing_saving) * (2 if tuning else 1)
     # The sweep's points are planned unraced: the first has no bound to race against, and each later
     # one races only the points before it, not a search's best.
     sweep_forwards = sweep_points * positions * search_samples
     individuals = int((forwards - sweep_forwards) / per_individual)
     # The smallest search worth the name: a population of 4 and one generation of 2 children.
     if individuals < 6:
-        need = overhead_seconds + heldout_seconds + seconds_per_sample * (sweep_forwards + 6 * per_individual)
+        need = overhead_seconds + after_seconds + seconds_per_sample * (sweep_forwards + 6 * per_individual)
         if not heldout:
             holds = "no search of 6 individuals beside its sweep (and no held-out table, as --heldout-samples 0 asks)"
         else:
@@ -170,11 +181,15 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
                              f"{math.ceil(need / 60)} min")
     common = dict(seconds_per_sample=seconds_per_sample, budget_seconds=budget_seconds, heldout_samples=heldout,
                   heldout_rows=heldout_rows, search_samples=search_samples, sweep_points=sweep_points, initial=initial,
-                  search_deadline_seconds=budget_seconds - heldout_seconds, expected_individuals=individuals,
-                  heldout_share=heldout_share)
+                  search_deadline_seconds=_search_deadline(budget_seconds, overhead_seconds + sweep_forwards * seconds_per_sample,
+                                                           after_seconds, tuning),
+                  expected_individuals=individuals,
+                  heldout_share=heldout_share, tuning=tuning, validation_forwards=validation_forwards)
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
         # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
-        draws = max(individuals, int((forwards - sweep_forwards) / chunk_size)) if chunk_size else individuals
+        draws = individuals
+        if chunk_size:  # a draw stopped after one chunk is matched by as many tuning forwards
+            draws = max(individuals, int((forwards - sweep_forwards) / (chunk_size * (2 if tuning else 1))))
         return Plan(**common, population=draws + 1, parents=1, mutants=draws, crossovers=0, generations=0)
     population = max(4, min(12, individuals // 3))
     children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
@@ -184,3 +199,11 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     generations = max(1, (individuals - population) // children)
     return Plan(**common, population=population, parents=parents, mutants=mutants, crossovers=crossovers,
                 generations=generations)
+
+
+def _search_deadline(budget_seconds: float, before_seconds: float, after_seconds: float, tuning: bool) -> float:
+    """When the search must stop, from the command's start: what comes after it set aside, and with uniform
+    tuning (as many forwards as the search) half of what is left between the load and sweep and that."""
+    if not tuning:
+        return budget_seconds - after_seconds
+    return before_seconds + (budget_seconds - before_seconds - after_seconds) / 2

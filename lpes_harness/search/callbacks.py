@@ -80,17 +80,19 @@ class TimeLimitCallback(Callback):
     ``seconds``: from the search's start to the budget's end. ``after_forwards``: the forwards still to
     run after the search (the held-out table), at the seconds a forward of this search has taken once it
     has scored :data:`RATE_AFTER_FORWARDS` (before that, ``seconds_per_forward``, the start-up timing),
-    times ``margin``. The search stops as soon as what is left is less than the mean time of the
-    individuals it has processed (the likely cost of the next one), so it ends at most about one
-    individual late. What it spent is callback state: a resumed search counts on from it, and one already
+    times ``margin``. ``matched``: forwards run after the search for each of its own (1 with uniform
+    tuning, which spends as many as the search used), at the search's rate. The search stops as soon as
+    what is left is less than the mean time of the individuals it has processed (the likely cost of the
+    next one, and of as much again per ``matched``), so it ends at most about one individual late. What it spent is callback state: a resumed search counts on from it, and one already
     past its limit processes nothing new (the loop still replays what it had)."""
 
     RATE_AFTER_FORWARDS = 40  # one unraced individual of the demo: enough for the search's own rate
 
     def __init__(self, seconds: float | None, after_forwards: int = 0, seconds_per_forward: float = 0.0,
-                 margin: float = 1.0):
+                 margin: float = 1.0, matched: float = 0.0):
         self.limit = seconds  # None: restored from a checkpoint by load_state_dict
         self.after_forwards, self.seconds_per_forward, self.margin = after_forwards, seconds_per_forward, margin
+        self.matched = matched
         self.spent = 0.0
         self.individuals = 0
         self.forwards, self.forward_seconds = 0, 0.0  # what the search scored, and the seconds that took
@@ -104,7 +106,7 @@ class TimeLimitCallback(Callback):
 
     def seconds_left(self) -> float:
         """What the search may still spend, the work after it set aside."""
-        return self.limit - self.spent - self.margin * self.after_forwards * self.rate()
+        return self.limit - self.spent - (self.margin * self.after_forwards + self.matched * self.forwards) * self.rate()
 
     def on_search_start(self, search: GeneticSearch) -> None:
         if self.limit is None:
@@ -121,18 +123,19 @@ class TimeLimitCallback(Callback):
         if not record["cached"]:
             self.forwards += forwards_of([record])
             self.forward_seconds += record["seconds"]
-        if self.seconds_left() < self.spent / self.individuals:
+        if self.seconds_left() < (1 + self.matched) * self.spent / self.individuals:
             search.should_stop = True
 
     def state_dict(self) -> dict:
         return {"limit_seconds": self.limit, "after_forwards": self.after_forwards,
-                "seconds_per_forward": self.seconds_per_forward, "margin": self.margin,
+                "seconds_per_forward": self.seconds_per_forward, "margin": self.margin, "matched": self.matched,
                 "spent_seconds": round(self.spent, 3), "individuals": self.individuals,
                 "forwards": self.forwards, "forward_seconds": round(self.forward_seconds, 3)}
 
     def load_state_dict(self, state: dict) -> None:
         self.limit, self.after_forwards = state["limit_seconds"], state["after_forwards"]
         self.seconds_per_forward, self.margin = state["seconds_per_forward"], state["margin"]
+        self.matched = state.get("matched", 0.0)  # a checkpoint made before uniform tuning was planned
         self.spent, self.individuals = state["spent_seconds"], state["individuals"]
         self.forwards, self.forward_seconds = state["forwards"], state["forward_seconds"]
 

@@ -44,7 +44,7 @@ from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
 from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
-from lpes_harness.search.timing import apply_budget, print_estimate, time_limit, time_one_sample
+from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
 
 # ----------------------------------------------------------------------------- callbacks
 
@@ -178,10 +178,9 @@ def run(args: argparse.Namespace) -> dict:
         if not args.resume:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
         write_config(record_path, args.resume, run_record())
-    heldout_rows = 2 + ("pi" in args.heldout_extra) + bool(args.uniform_tuning or (args.sweep_values and "uniform" in args.heldout_extra))
     if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
         print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
-                       heldout_rows * _positions(conditions) * args.heldout_samples, args)
+                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args)
     sweep = None
     if args.sweep_values or args.base_sweep_values:
         sweep = load_or_run_sweep(output, args, fitness, spec)

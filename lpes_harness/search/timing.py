@@ -89,6 +89,22 @@ def heldout_share(fitness, samples: int = 4) -> float:
     return min(1.0, max(shares, default=1.0) + SHARE_ALLOWANCE)
 
 
+def heldout_rows(args) -> int:
+    """The held-out table's rows at most: vanilla, the curve, its PI (``--heldout-extra pi``) and a uniform
+    factor (``uniform.json``, or the sweep's best with ``--heldout-extra uniform``)."""
+    uniform = args.uniform_tuning or ((args.sweep_values or args.base_sweep_values) and "uniform" in args.heldout_extra)
+    return 2 + ("pi" in args.heldout_extra) + bool(uniform)
+
+
+def validation_forwards(args, positions: int) -> int:
+    """The forwards the honest choice is planned at (``--validation-samples``): every candidate (the
+    ``--select-top`` individuals, the start, the sweep's best and ``uniform.json``) on N samples per position,
+    and two of them doubled twice, to the 4N a lead within two standard errors can reach."""
+    if not args.validation_samples:
+        return 0
+    return (args.select_top + 3 + 2 * 3) * args.validation_samples * positions
+
+
 def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
     """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
     positions = sum(fitness.sizes.values()) // args.num_samples
@@ -96,17 +112,19 @@ def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
     try:
         chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
                       sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
-                      heldout_rows=2 + ("pi" in args.heldout_extra), overhead_seconds=spent,
+                      heldout_rows=heldout_rows(args), overhead_seconds=spent,
                       racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
                       if args.racing else 0.0, initial=args.initial, chunk_size=args.chunk_size if args.racing else None,
-                      heldout_share=share, heldout_samples=getattr(args, "heldout_samples_asked", None))
+                      heldout_share=share, heldout_samples=getattr(args, "heldout_samples_asked", None),
+                      tuning=bool(args.uniform_tuning), validation_forwards=validation_forwards(args, positions))
     except BudgetTooSmall as err:
         fail(f"--time-budget {args.time_budget}: {err}")
     for name in ("population", "parents", "mutants", "crossovers", "generations"):
         setattr(args, name, getattr(chosen, name))
     args.heldout_samples = chosen.heldout_samples  # per position of every condition: pooled, the power asked for
     # Not flags: a resume restores the time limit's own state instead.
-    args.heldout_forwards, args.seconds_per_sample = chosen.heldout_rows * positions * chosen.heldout_samples, per_sample
+    args.heldout_forwards = chosen.heldout_rows * positions * chosen.heldout_samples + chosen.validation_forwards
+    args.seconds_per_sample = per_sample
     args.heldout_share = share
     print(chosen.describe(positions), flush=True)
 
@@ -122,7 +140,9 @@ def time_limit(args, launched: float, saved_state: dict | None) -> list:
             return []
         return [TimeLimitCallback(None)]
     limit = TimeLimitCallback(launched + args.time_budget_seconds - time.perf_counter(), after_forwards=args.heldout_forwards,
-                              seconds_per_forward=args.seconds_per_sample, margin=HELDOUT_MARGIN * args.heldout_share)
-    print(f"the search stops by {max(0.0, limit.seconds_left()) / 60:.1f} min from now, leaving the held-out table "
-          f"its time (the time budget's deadline)", flush=True)
+                              seconds_per_forward=args.seconds_per_sample, margin=HELDOUT_MARGIN * args.heldout_share,
+                              matched=1.0 if args.uniform_tuning else 0.0)
+    after = "the uniform factors as much time again and what follows its time" if limit.matched else "the held-out table its time"
+    print(f"the search stops by {max(0.0, limit.seconds_left()) / (1 + limit.matched) / 60:.1f} min from now, leaving "
+          f"{after} (the time budget's deadline)", flush=True)
     return [limit]
