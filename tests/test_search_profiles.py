@@ -184,6 +184,9 @@ def test_the_heldout_tables_extra_rows_are_chosen_or_named_when_wrong(native_bf1
     config = tmp_path / "demo.json"
     config.write_text(json.dumps({"heldout_extra": ["pi"]}))
     assert parse_args(["--device", "cpu", "--config", str(config)]).heldout_extra == ("pi",)
+    # 'none' is saved as an empty list (config.json's settings): a resume reads it back as none.
+    config.write_text(json.dumps({"heldout_extra": []}))
+    assert parse_args(["--device", "cpu", "--config", str(config)]).heldout_extra == ()
     with pytest.raises(SystemExit) as stop:
         parse_args(["--device", "cpu", "--heldout-extra", "pi,buckets"])
     assert stop.value.code == 2 and "--heldout-extra 'pi,buckets': give 'none' or a comma list of pi, uniform" in capsys.readouterr().err

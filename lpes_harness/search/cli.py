@@ -307,10 +307,12 @@ HELDOUT_EXTRA = ("pi", "uniform")
 
 
 def _heldout_extra(value) -> tuple[str, ...]:
-    """``--heldout-extra``: 'none' or a comma list of HELDOUT_EXTRA (a config file may give a list)."""
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    """``--heldout-extra``: 'none' or a comma list of HELDOUT_EXTRA (a config file may give a list; an empty
+    one is none, as a run's saved settings record it)."""
+    given_list = isinstance(value, (list, tuple))
+    items = value if given_list else str(value).split(",")
     items = [str(item).strip().lower() for item in items if str(item).strip()]
-    if items == ["none"]:
+    if items == ["none"] or (given_list and not items):
         return ()
     unknown = [item for item in items if item not in HELDOUT_EXTRA]
     if unknown or not items:
