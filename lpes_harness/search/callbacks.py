@@ -78,13 +78,14 @@ class TimeLimitCallback(Callback):
     deadline.
 
     ``seconds``: from the search's start to the budget's end. ``after_forwards``: the forwards still to
-    run after the search (the held-out table), at the seconds a forward of this search has taken once it
-    has scored :data:`RATE_AFTER_FORWARDS` (before that, ``seconds_per_forward``, the start-up timing),
-    times ``margin``. ``matched``: forwards run after the search for each of its own (1 with uniform
-    tuning, which spends as many as the search used), at the search's rate. The search stops as soon as
-    what is left is less than the mean time of the individuals it has processed (the likely cost of the
-    next one, and of as much again per ``matched``), so it ends at most about one individual late. What it spent is callback state: a resumed search counts on from it, and one already
-    past its limit processes nothing new (the loop still replays what it had)."""
+    run after the search (the validation and the held-out table), at the seconds a forward of this search
+    has taken once it has scored :data:`RATE_AFTER_FORWARDS` (before that, ``seconds_per_forward``, the
+    start-up timing), times ``margin``. ``matched``: forwards run after the search for each of its own (1
+    with uniform tuning, which spends as many as the search used), at the search's rate. The search stops
+    as soon as what is left is less than the mean time of the individuals it has processed (the likely
+    cost of the next one, and of as much again per ``matched``), so it ends at most about one individual
+    late. What it spent is callback state: a resumed search counts on from it, and one already past its
+    limit processes nothing new (the loop still replays what it had)."""
 
     RATE_AFTER_FORWARDS = 40  # one unraced individual of the demo: enough for the search's own rate
 
