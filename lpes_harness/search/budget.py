@@ -162,7 +162,8 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     heldout_forwards = heldout_rows * positions * heldout
     after_seconds = HELDOUT_MARGIN * heldout_share * (heldout_forwards + validation_forwards) * seconds_per_sample
     forwards = (budget_seconds - overhead_seconds - after_seconds) / seconds_per_sample
-    per_individual = positions * search_samples * (1 - racing_saving) * (2 if tuning else 1)
+    runs = 2 if tuning else 1  # each search forward, and the tuning's as many again
+    per_individual = positions * search_samples * (1 - racing_saving) * runs
     # The sweep's points are planned unraced: the first has no bound to race against, and each later
     # one races only the points before it, not a search's best.
     sweep_forwards = sweep_points * positions * search_samples
@@ -188,8 +189,8 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
         # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
         draws = individuals
-        if chunk_size:  # a draw stopped after one chunk is matched by as many tuning forwards
-            draws = max(individuals, int((forwards - sweep_forwards) / (chunk_size * (2 if tuning else 1))))
+        if chunk_size:
+            draws = max(individuals, int((forwards - sweep_forwards) / (chunk_size * runs)))
         return Plan(**common, population=draws + 1, parents=1, mutants=draws, crossovers=0, generations=0)
     population = max(4, min(12, individuals // 3))
     children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
