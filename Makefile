@@ -34,10 +34,10 @@ $(VENV)/.installed: pyproject.toml
 # results/search_efficiency). Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
-# reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with native bfloat16), else
-# 20 min (float32 on AVX2 runs a sample in ~1.8 s); timings by CPU kind in docs/results.md#make-demo.
-# DEMO_SEED is the search's seed (lpes-search --seed).
-DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.models import cpu_has_native_bf16; print("10m" if torch.cuda.is_available() or cpu_has_native_bf16() else "20m")')
+# reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with AVX-512: a sample in 0.27 s with
+# AMX, about 1 s with AVX512-BF16 or AVX-512 float32), else 20 min (float32 on AVX2 only runs a sample in
+# ~1.9 s); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
+DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.models import cpu_flags; print("10m" if torch.cuda.is_available() or "avx512f" in cpu_flags() else "20m")')
 DEMO_SEED ?= 0
 REFERENCE := results/smollm2_multi_needle_reference/scales.json
 demo: setup

@@ -166,7 +166,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--num-samples", type=int, default=None, help="search samples per position (default: the demo's 8)")
     add("--heldout-samples", type=int, default=None, help="held-out samples per position (default 40)")
     add("--pretrained", default=None, help="HF id, local dir or .gguf (default: the bundled SmolLM2)")
-    add("--dtype", default="auto", help="auto (bfloat16 on CUDA or a CPU with native bfloat16, else float32), "
+    add("--dtype", default="auto", help="auto (bfloat16 on CUDA or a CPU where it is native and faster, else float32), "
                                         "float32, bfloat16, float16")
     add("--device", default=None, help="cpu / cuda (default: cuda when present)")
     add("--task", default=None, help="position task (default: the demo's multi_needle)")

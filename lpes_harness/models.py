@@ -131,31 +131,80 @@ def hflm_model_args(pretrained, gguf_file: str | None, device: str | None) -> di
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; none where it cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return set()
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags |= set(line.partition(":")[2].split())
+    return flags
+
+
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16).
 
     Without them PyTorch emulates bfloat16 matmuls, which measured 3x *slower* than float32
     on an AVX2 machine (the same model forward went from 1.6 s to 9-20 s).
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags |= set(line.partition(":")[2].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
+
+
+# bfloat16 must beat float32 by this much to be chosen: where the two are close, float32 (exact) wins.
+BF16_MIN_SPEEDUP = 1.1
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """float32's time over bfloat16's for a matmul the size of a small model's projection on this CPU, timed
+    once a process (~0.2 s; the best of 5 alternating runs, so a burst of load hits both dtypes alike).
+
+    The flags do not tell: an Intel Xeon with AVX512-BF16 whose AMX the hypervisor hides ran bfloat16
+    matmuls 1.75x *slower* than float32 (the bundled SmolLM2's forward on 1,000 tokens: 1.85 s against 1.14),
+    where an AMD EPYC with the same flag ran the forward 1.6x faster (1.21 s against 1.93)."""
+    import time
+
+    import torch
+
+    inputs = {dtype: (torch.randn(512, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype))
+              for dtype in (torch.float32, torch.bfloat16)}
+    times = {dtype: [] for dtype in inputs}
+    with torch.inference_mode():
+        for a, b in inputs.values():
+            a @ b  # one-off kernel selection, left out of the timing
+        for _ in range(5):
+            for dtype, (a, b) in inputs.items():
+                started = time.perf_counter()
+                a @ b
+                times[dtype].append(time.perf_counter() - started)
+    return min(times[torch.float32]) / min(times[torch.bfloat16])
+
+
+def cpu_prefers_bf16() -> bool:
+    """True where bfloat16 is native on this CPU and runs faster than float32 here (see :func:`cpu_bf16_speedup`)."""
+    return cpu_has_native_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def auto_dtype_reason(device: str) -> str:
+    """Why ``--dtype auto`` chose what it did on ``device``, for a run's log."""
+    if str(device).startswith("cuda"):
+        return "CUDA"
+    if not cpu_has_native_bf16():
+        return "no native bfloat16 on this CPU"
+    return f"native bfloat16 timed at {cpu_bf16_speedup():.2f}x float32's speed here"
 
 
 def choose_dtype(requested: str, device: str) -> str:
-    """``auto`` -> bfloat16 on CUDA or on a CPU that runs it natively, else float32."""
+    """``auto`` -> bfloat16 on CUDA or on a CPU where it is native and faster than float32, else float32."""
     if requested not in DTYPES:
         raise ValueError(f"dtype {requested!r} is not one of {', '.join(DTYPES)}")
     if requested != "auto":
         return requested
-    if str(device).startswith("cuda") or cpu_has_native_bf16():
+    if str(device).startswith("cuda") or cpu_prefers_bf16():
         return "bfloat16"
     return "float32"
 

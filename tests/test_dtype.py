@@ -3,7 +3,7 @@
 import torch
 from tiny_models import random_ids, tiny_model
 
-from lpes_harness import rope
+from lpes_harness import models, rope
 from lpes_harness.models import choose_dtype, cpu_has_native_bf16
 
 AVX2 = "processor : 0\nflags : fpu sse sse2 avx avx2 fma\n"
@@ -14,12 +14,34 @@ AMX = "processor : 0\nflags : fpu avx2 amx_bf16 amx_tile\n"
 def test_auto_picks_bfloat16_only_where_it_is_native(monkeypatch):
     assert not cpu_has_native_bf16(AVX2)
     assert cpu_has_native_bf16(AVX512_BF16) and cpu_has_native_bf16(AMX)
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: False)
     assert choose_dtype("auto", "cpu") == "float32"
     assert choose_dtype("auto", "cuda") == "bfloat16"
     assert choose_dtype("float16", "cpu") == "float16"
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: True)
     assert choose_dtype("auto", "cpu") == "bfloat16"
+
+
+def test_native_bfloat16_is_chosen_only_where_it_is_timed_faster_than_float32(monkeypatch):
+    """An Intel Xeon with AVX512-BF16 but its AMX hidden ran bfloat16 1.6-1.75x slower than float32: the flag
+    alone would have picked the slower dtype. Without the flag nothing is timed."""
+    def never_timed():
+        raise AssertionError("timed on a CPU without native bfloat16")
+
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr(models, "cpu_bf16_speedup", never_timed)
+    assert not models.cpu_prefers_bf16()
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    for speedup, prefers in ((0.6, False), (1.05, False), (models.BF16_MIN_SPEEDUP, True), (3.7, True)):
+        monkeypatch.setattr(models, "cpu_bf16_speedup", lambda speedup=speedup: speedup)
+        assert models.cpu_prefers_bf16() is prefers
+        assert choose_dtype("auto", "cpu") == ("bfloat16" if prefers else "float32")
+
+
+def test_the_bfloat16_timing_runs_once_a_process():
+    models.cpu_bf16_speedup.cache_clear()
+    first = models.cpu_bf16_speedup()
+    assert first > 0 and models.cpu_bf16_speedup() == first and models.cpu_bf16_speedup.cache_info().hits == 1
 
 
 def test_scaled_rope_positions_are_computed_in_float32_in_a_bfloat16_model():
@@ -67,3 +89,12 @@ def test_the_agreement_benchmarks_statistics():
     fit = [0.1, 0.5, 0.9, 0.3, 0.7, 0.2]
     assert bench.same_parents_rate(fit, fit, 4, 2, trials=50) == 1.0
     assert bench.same_parents_rate(fit, [-v for v in fit], 4, 2, trials=50) == 0.0
+
+
+def test_a_run_says_why_auto_chose_its_dtype(monkeypatch):
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
+    assert models.auto_dtype_reason("cpu") == "no native bfloat16 on this CPU"
+    assert models.auto_dtype_reason("cuda:0") == "CUDA"
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(models, "cpu_bf16_speedup", lambda: 0.617)
+    assert models.auto_dtype_reason("cpu") == "native bfloat16 timed at 0.62x float32's speed here"

@@ -14,12 +14,12 @@ OTHER = ["--pretrained", "HuggingFaceTB/another-model"]
 @pytest.fixture
 def no_native_bf16(monkeypatch):
     """A CPU that only emulates bfloat16 (the AVX2 machines): auto stays in float32."""
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: False)
 
 
 @pytest.fixture
 def native_bf16(monkeypatch):
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: True)
 
 
 def test_auto_on_cpu_takes_the_cpu_profile(no_native_bf16):

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
                    help="default settings: " + ", ".join(PROFILES) + ", or auto (robust-smollm2 for the bundled "
                         "SmolLM2 on a CPU, robust-smollm2-gpu on a GPU, robust-gemma3 for gemma3-270m; for other models gpu on a GPU, cpu-bf16 on a CPU "
-                        "with native bfloat16, else cpu); see below")
+                        "where bfloat16 is native and faster than float32, else cpu); see below")
     model = p.add_argument_group("model")
     model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
     model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--threads", type=int, default=None,
                        help="torch CPU threads (default: torch's choice; 1 helps on a CPU shared with other jobs)")
     model.add_argument("--dtype", default="auto", choices=DTYPES,
-                       help="auto (default): bfloat16 on CUDA or a CPU with native bfloat16 (avx512_bf16 / AMX), "
-                            "else float32; RoPE's cos/sin are computed in float32 either way")
+                       help="auto (default): bfloat16 on CUDA or on a CPU with native bfloat16 (avx512_bf16 / AMX) where a "
+                            "timed matmul runs it faster than float32, else float32; RoPE's cos/sin are computed in "
+                            "float32 either way")
     fit = p.add_argument_group("fitness")
     fit.add_argument("--task", default="kv_retrieval",
                      help="any registered position task (multi_needle, kv_retrieval, mdqa, needle, or "

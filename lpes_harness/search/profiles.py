@@ -20,7 +20,7 @@ from lpes_harness.models import PACKAGED_MODELS, choose_dtype, packaged_model
 # task it can do (multi_needle; kv_retrieval measures copying on it). The arithmetic: a
 # ~750-token multi_needle prompt is one float32 forward of ~2.1 s on 2 threads, measured in
 # the search itself (this CPU has no native bfloat16, which runs 3x slower here; `--dtype
-# auto` picks it only where native). 12 samples at each of the 5 positions is 60 forwards,
+# auto` picks it only where native and faster). 12 samples at each of the 5 positions is 60 forwards,
 # ~2 min per individual; a 3-point sweep (raced) plus 8 + 3 x 5 individuals (and at most one
 # more crossover child per generation) is at most 29 individuals, about an hour worst case,
 # less with racing. The range is wide, [0.25, 2.5]: curves that help rise to 1.5-1.85 in
