@@ -12,8 +12,10 @@ position; ``--profile``, default cpu-bf16), for random genomes of its range it m
 - the held-out accuracy, in float32, of the best genome found each way.
 
 The last line prints the figures ``--dtype auto`` is decided on. bfloat16 pays only on
-hardware that runs it natively (CUDA, or a CPU with avx512_bf16 / AMX): elsewhere PyTorch
-emulates it and it is slower than float32 (3x on an AVX2 CPU).
+hardware that runs it natively (CUDA, or a CPU with avx512_bf16 / AMX), and not on every such
+CPU (0.62x float32's rate on an Intel Xeon with avx512_bf16 whose AMX is hidden, so ``auto``
+times it: ``lpes_harness.models.cpu_bf16_speedup``); elsewhere PyTorch emulates it and it is
+slower than float32 (3x on an AVX2 CPU).
 """
 
 from __future__ import annotations

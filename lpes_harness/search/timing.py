@@ -38,9 +38,9 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
     if args is not None and args.uniform_tuning:
         after.append(f"uniform factors as many forwards as the search ({duration(config.planned_individuals() * samples * per_sample)} at most)")
     if args is not None and args.validation_samples:
-        per_candidate = samples // args.num_samples * args.validation_samples
-        after.append(f"validation of up to {args.select_top + 3} candidates x {per_candidate}+ samples "
-                     f"(~{duration((args.select_top + 3) * per_candidate * per_sample)})")
+        forwards = validation_forwards(args, samples // args.num_samples)  # what --time-budget plans it at
+        after.append(f"validation of up to {args.select_top + 3} candidates, {forwards} forwards at most "
+                     f"(~{duration(forwards * per_sample)})")
     if heldout_samples:
         after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample)}")
     print(
