@@ -42,7 +42,8 @@ DEMO_SEED ?= 0
 REFERENCE := results/smollm2_multi_needle_reference/scales.json
 demo: setup
 	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --seed $(DEMO_SEED) \
-	    --time-budget $(DEMO_BUDGET) --output results/demo --overwrite
+	    --time-budget $(DEMO_BUDGET) --output results/demo --overwrite \
+	    || { echo "make demo: the search stopped (above); if it asked for a larger time budget, give one, e.g. make demo DEMO_BUDGET=15m"; exit 1; }
 	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
 	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 1}' --output_path results/demo/lm_eval
 	rm -rf results/demo/vs_reference
