@@ -163,9 +163,10 @@ def cpu_bf16_speedup() -> float:
     """float32's time over bfloat16's for a matmul the size of a small model's projection on this CPU, timed
     once a process (~0.2 s; the best of 5 alternating runs, so a burst of load hits both dtypes alike).
 
-    The flags do not tell: an Intel Xeon with AVX512-BF16 whose AMX the hypervisor hides ran bfloat16
-    matmuls 1.75x *slower* than float32 (the bundled SmolLM2's forward on 1,000 tokens: 1.85 s against 1.14),
-    where an AMD EPYC with the same flag ran the forward 1.6x faster (1.21 s against 1.93)."""
+    The flags do not tell: on an Intel Xeon with AVX512-BF16 whose AMX the hypervisor hides, the search's
+    fitness ran at 0.62x float32's rate in bfloat16 (benchmarks/dtype_agreement.py: 1.37 s a sample against
+    0.85, results/dtype_agreement_avx512_noamx), where on issue #46's AMD EPYC with the same flag the bundled
+    model's forward ran 1.6x faster in bfloat16 (1.21 s against 1.93)."""
     import time
 
     import torch
@@ -184,29 +185,23 @@ def cpu_bf16_speedup() -> float:
     return min(times[torch.float32]) / min(times[torch.bfloat16])
 
 
-def cpu_prefers_bf16() -> bool:
-    """True where bfloat16 is native on this CPU and runs faster than float32 here (see :func:`cpu_bf16_speedup`)."""
-    return cpu_has_native_bf16() and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
-
-
-def auto_dtype_reason(device: str) -> str:
-    """Why ``--dtype auto`` chose what it did on ``device``, for a run's log."""
+def auto_dtype(device: str) -> tuple[str, str]:
+    """What ``--dtype auto`` picks on ``device``, and why (for a run's log): bfloat16 on CUDA or on a CPU where
+    it is native and timed at least :data:`BF16_MIN_SPEEDUP` times faster than float32, else float32."""
     if str(device).startswith("cuda"):
-        return "CUDA"
+        return "bfloat16", "CUDA"
     if not cpu_has_native_bf16():
-        return "no native bfloat16 on this CPU"
-    return f"native bfloat16 timed at {cpu_bf16_speedup():.2f}x float32's speed here"
+        return "float32", "no native bfloat16 on this CPU"
+    speedup = cpu_bf16_speedup()
+    return ("bfloat16" if speedup >= BF16_MIN_SPEEDUP else "float32",
+            f"native bfloat16 timed at {speedup:.2f}x float32's speed here")
 
 
 def choose_dtype(requested: str, device: str) -> str:
-    """``auto`` -> bfloat16 on CUDA or on a CPU where it is native and faster than float32, else float32."""
+    """``auto`` -> :func:`auto_dtype`'s choice; any other of :data:`DTYPES` as asked."""
     if requested not in DTYPES:
         raise ValueError(f"dtype {requested!r} is not one of {', '.join(DTYPES)}")
-    if requested != "auto":
-        return requested
-    if str(device).startswith("cuda") or cpu_prefers_bf16():
-        return "bfloat16"
-    return "float32"
+    return auto_dtype(device)[0] if requested == "auto" else requested
 
 
 def cache_keyword(module) -> str:

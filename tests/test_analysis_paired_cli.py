@@ -278,10 +278,11 @@ def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
     from lpes_harness.analysis.paired import run_dtype
 
     monkeypatch.setattr(models, "default_device", lambda: "cpu")
-    monkeypatch.setattr(models, "cpu_prefers_bf16", lambda: True)
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr(models, "cpu_bf16_speedup", lambda: 2.0)
     assert run_dtype("auto", {}) == "bfloat16"
     assert run_dtype(None, {"dtype": "auto"}) == "bfloat16"
-    monkeypatch.setattr(models, "cpu_prefers_bf16", lambda: False)
+    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
     assert run_dtype("auto", {}) == "float32"
     assert run_dtype(None, {"dtype": "float16"}) == "float16" and run_dtype(None, [1.0]) == "float32"
     with pytest.raises(ValueError, match="not one of"):

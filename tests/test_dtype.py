@@ -14,11 +14,12 @@ AMX = "processor : 0\nflags : fpu avx2 amx_bf16 amx_tile\n"
 def test_auto_picks_bfloat16_only_where_it_is_native(monkeypatch):
     assert not cpu_has_native_bf16(AVX2)
     assert cpu_has_native_bf16(AVX512_BF16) and cpu_has_native_bf16(AMX)
-    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: False)
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
     assert choose_dtype("auto", "cpu") == "float32"
     assert choose_dtype("auto", "cuda") == "bfloat16"
     assert choose_dtype("float16", "cpu") == "float16"
-    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_bf16_speedup", lambda: 2.0)
     assert choose_dtype("auto", "cpu") == "bfloat16"
 
 
@@ -30,11 +31,11 @@ def test_native_bfloat16_is_chosen_only_where_it_is_timed_faster_than_float32(mo
 
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
     monkeypatch.setattr(models, "cpu_bf16_speedup", never_timed)
-    assert not models.cpu_prefers_bf16()
+    assert models.auto_dtype("cpu")[0] == "float32"
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
     for speedup, prefers in ((0.6, False), (1.05, False), (models.BF16_MIN_SPEEDUP, True), (3.7, True)):
         monkeypatch.setattr(models, "cpu_bf16_speedup", lambda speedup=speedup: speedup)
-        assert models.cpu_prefers_bf16() is prefers
+        assert (models.auto_dtype("cpu")[0] == "bfloat16") is prefers
         assert choose_dtype("auto", "cpu") == ("bfloat16" if prefers else "float32")
 
 
@@ -93,8 +94,8 @@ def test_the_agreement_benchmarks_statistics():
 
 def test_a_run_says_why_auto_chose_its_dtype(monkeypatch):
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
-    assert models.auto_dtype_reason("cpu") == "no native bfloat16 on this CPU"
-    assert models.auto_dtype_reason("cuda:0") == "CUDA"
+    assert models.auto_dtype("cpu") == ("float32", "no native bfloat16 on this CPU")
+    assert models.auto_dtype("cuda:0") == ("bfloat16", "CUDA")
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
     monkeypatch.setattr(models, "cpu_bf16_speedup", lambda: 0.617)
-    assert models.auto_dtype_reason("cpu") == "native bfloat16 timed at 0.62x float32's speed here"
+    assert models.auto_dtype("cpu") == ("float32", "native bfloat16 timed at 0.62x float32's speed here")

@@ -14,12 +14,13 @@ OTHER = ["--pretrained", "HuggingFaceTB/another-model"]
 @pytest.fixture
 def no_native_bf16(monkeypatch):
     """A CPU that only emulates bfloat16 (the AVX2 machines): auto stays in float32."""
-    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: False)
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
 
 
 @pytest.fixture
 def native_bf16(monkeypatch):
-    monkeypatch.setattr("lpes_harness.models.cpu_prefers_bf16", lambda: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.models.cpu_bf16_speedup", lambda: 2.0)
 
 
 def test_auto_on_cpu_takes_the_cpu_profile(no_native_bf16):

@@ -264,7 +264,6 @@ def test_the_planned_table_counts_every_row_the_run_adds():
     assert heldout_rows(demo) == 2 and validation_forwards(demo, 5) == 0  # vanilla and the curve: --heldout-extra none
 
 
-
 def test_the_printed_estimate_gives_the_validation_the_forwards_the_budget_plans_it_at(capsys):
     from types import SimpleNamespace
 
@@ -276,6 +275,7 @@ def test_the_printed_estimate_gives_the_validation_the_forwards_the_budget_plans
     print_estimate(SimpleNamespace(planned_individuals=lambda: 10), fitness, 2.0, args=robust)
     forwards = validation_forwards(robust, positions)
     assert forwards > 0 and f"{forwards} forwards at most" in capsys.readouterr().out
+
 
 @pytest.mark.parametrize("flags, asked", [([], None), (["--heldout-samples", "0"], 0), (["--heldout-samples", "12"], 12)])
 def test_the_command_line_tells_the_plan_whether_the_table_size_was_asked(flags, asked):

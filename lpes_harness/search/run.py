@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
-from lpes_harness.models import auto_dtype_reason, choose_dtype, default_device
+from lpes_harness.models import auto_dtype, choose_dtype, default_device
 from lpes_harness.plots import plot_uniform_points
 from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
                                          SampleOrderCallback, load_checkpoint)
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> dict:
         return {}
 
     chat = fitness.chat_template
-    why = f": {auto_dtype_reason(args.device or default_device())}" if args.dtype_requested == "auto" else ""
+    why = f": {auto_dtype(args.device or default_device())[1]}" if args.dtype_requested == "auto" else ""
     print(f"model dtype {args.dtype_chosen} (--dtype {args.dtype}{why}); chat template "
           f"{chat if several else ('on' if chat else 'off')}; "
           + (f"conditions {', '.join(c.name for c in conditions)} ({args.condition_objective})" if several else
