@@ -28,10 +28,11 @@ $(VENV)/.installed: pyproject.toml
 # The main job, sized to a time budget (lpes-search --time-budget DEMO_BUDGET): the search times its
 # first forwards, then keeps a held-out table able to show a +10-point gain at p < 0.01 (30 samples
 # of every gold position, vanilla and the found scales: results/demo/heldout.*) and fills the rest
-# with a random search of per-layer curves on multi_needle from the best of uniform 1 and 0.8, each
-# draw raced against the best so far, drawing until the deadline that leaves the table its time
-# (searches/configs/smollm2_demo.json; it found a curve in fewer forwards than the GA:
-# results/search_efficiency). Then the found scales through the ordinary
+# with a search of per-layer curves on multi_needle: uniform 0.8, then the rising line 0.6 -> 1.4 (a
+# per-layer curve in hand after 80 forwards, however slow the CPU), then random curves, each draw raced
+# against the best so far, drawing until the deadline that leaves the table its time
+# (searches/configs/smollm2_demo.json; gain per forward against the GA: results/search_efficiency).
+# Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
 # reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with AVX-512: a sample in 0.27 s with
@@ -39,16 +40,19 @@ $(VENV)/.installed: pyproject.toml
 # ~1.9 s); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
 DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.models import cpu_flags; print("10m" if torch.cuda.is_available() or "avx512f" in cpu_flags() else "20m")')
 DEMO_SEED ?= 0
+# DEMO_DTYPE: the search's and the reference row's --dtype (auto: bfloat16 where this CPU runs it faster,
+# else float32; docs/results.md#make-demo ran bfloat16 on a CPU where it is slower, to time a slow kind).
+DEMO_DTYPE ?= auto
 REFERENCE := results/smollm2_multi_needle_reference/scales.json
 demo: setup
-	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --seed $(DEMO_SEED) \
+	$(BIN)/python searches/ga.py --config searches/configs/smollm2_demo.json --seed $(DEMO_SEED) --dtype $(DEMO_DTYPE) \
 	    --time-budget $(DEMO_BUDGET) --output results/demo --overwrite \
 	    || { echo "make demo: the search stopped (above); if it asked for a larger time budget, give one, e.g. make demo DEMO_BUDGET=15m"; exit 1; }
 	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
 	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 1}' --output_path results/demo/lm_eval
 	rm -rf results/demo/vs_reference
 	$(BIN)/python -m lpes_harness.analysis.paired --scales demo=results/demo/scales.json \
-	    --scales reference=$(REFERENCE) --no-pi --num-samples 30 --dtype auto \
+	    --scales reference=$(REFERENCE) --no-pi --num-samples 30 --dtype $(DEMO_DTYPE) \
 	    --reuse-scores results/demo --output results/demo/vs_reference
 
 test: setup

@@ -36,6 +36,12 @@ the GA demo's search used before it had a time budget (about 3x). Methods (``--m
   the product's loop (``lpes-search --initial random --generations 0 --parents 1 --crossovers 0``).
   Unlike ``random``, the first draw already races against the start's fitness, so a draw that
   wrecks the model stops after one chunk.
+- ``line-random``: what ``make demo`` runs now (:func:`run_line_random`; ``searches/configs/smollm2_demo.json``):
+  the sweep of uniform 0.8 alone (:data:`LINE_RANDOM_SWEEP`), then the rising line 0.6 -> 1.4
+  (:data:`DEMO_LINE`, ``lpes-search --lines 0.6:1.4``) raced against it, then the ``sweep-random``
+  draws of the same seed, each raced against the best so far. The line is the one ``ga-ramps`` chose
+  on the search samples in all three seeds; scored first, it puts a per-layer curve in hand after 80
+  forwards, and it raises the bar the draws race against.
 - ``cma-es``: DEAP's CMA-ES (``deap.cma.Strategy``) over the genome's continuous control points.
   A candidate is a vector of 2 x ``control_points`` numbers in normalised coordinates, u = x / (L-1)
   for each point's x and u = (y - y_min) / (y_max - y_min) for its y, so that one sigma means the
@@ -114,12 +120,14 @@ import numpy as np
 # and what the GA demo's search used (sweep and GA, racing and cache included) before it had a time budget.
 DEMO_FORWARDS = 300
 GA_DEMO_FORWARDS = 1040
-METHODS = ("paper-ga", "ga", "ga-ramps", "sweep-random", "cma-es", "random")
+METHODS = ("paper-ga", "ga", "ga-ramps", "sweep-random", "line-random", "cma-es", "random")
 SWEEP_RANDOM_DRAWS = 10_000  # more than any budget reaches: a draw costs at least one racing chunk (4 forwards)
 # ga-ramps' linear family: every rising and falling straight line between two of these values, from
 # layer 0 to the last (the flat ones are the sweep's). Fixed before any ramp was scored.
 RAMP_ENDS = (0.6, 1.0, 1.4)
-DEFAULT_METHOD = "sweep-random"  # what make demo runs (searches/configs/smollm2_demo.json): the head-to-head's reference
+DEFAULT_METHOD = "line-random"  # what make demo runs (searches/configs/smollm2_demo.json): the head-to-head's reference
+# line-random's start (make demo's --sweep and --lines): uniform 0.8, then the rising line.
+LINE_RANDOM_SWEEP, DEMO_LINE = "0.8", (0.6, 1.4)
 RESULTS = "efficiency.json"
 JOURNAL = "evaluations.jsonl"
 GENERATIONS = 10**9  # the GAs run until their budget stops them
@@ -464,6 +472,21 @@ def run_sweep_random(run: Run, args, num_layers: int, seed: int) -> None:
     search.run()
 
 
+def run_line_random(run: Run, args, num_layers: int, seed: int) -> None:
+    """``make demo``'s search (``--sweep 0.8 --lines 0.6:1.4 --initial random``): the sweep's one point, the
+    line raced against it, then the draws of ``sweep-random``'s seed raced against the best so far."""
+    from lpes_harness.search import GeneticSearch, SearchConfig
+    from lpes_harness.search.genome import ramp_genome
+
+    sweep = sweep_start(run, argparse.Namespace(**{**vars(args), "sweep": LINE_RANDOM_SWEEP}), num_layers)
+    spec = genome_spec(args, num_layers).starting_at(sweep["best"])
+    config = SearchConfig(population=SWEEP_RANDOM_DRAWS, parents=1, mutants=SWEEP_RANDOM_DRAWS - 1, crossovers=0,
+                          generations=0, mx=args.mx, my=args.my, seed=seed, mutation="paper", initial="random")
+    search = GeneticSearch(spec, run, config, [_recorder(run)], lines=[ramp_genome(spec, *DEMO_LINE)])
+    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))
+    search.run()
+
+
 def run_random(run: Run, args, num_layers: int, seed: int) -> None:
     from lpes_harness.search import cache_key, random_genome
 
@@ -540,7 +563,7 @@ def run_cma_es(run: Run, args, num_layers: int, seed: int) -> None:
 
 
 RUNNERS = {"paper-ga": run_paper_ga, "ga": run_ga, "ga-ramps": run_ga_ramps, "sweep-random": run_sweep_random,
-           "cma-es": run_cma_es, "random": run_random}
+           "line-random": run_line_random, "cma-es": run_cma_es, "random": run_random}
 
 
 def search(method: str, seed: int, fitness, journal: Journal, budgets, args, num_layers: int, progress=None) -> Run:
@@ -718,7 +741,7 @@ def plot_report(record: dict, path: Path) -> None:
     figure = Figure(figsize=(11, 4.2))
     FigureCanvasAgg(figure)
     panels = figure.subplots(1, 2, sharey=True)
-    colours = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:green", "tab:red")))
+    colours = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:green", "tab:red")))
     for axes, key, title in zip(panels, ("over_vanilla", "over_start"), ("over vanilla", "over the uniform start")):
         for method in METHODS:
             rows = [r for r in record["runs"] if r["method"] == method]

@@ -147,10 +147,10 @@ def test_each_method_is_compared_with_the_demos_search_on_the_same_samples(bench
     def run(method, seed, scales):
         return {"method": method, "seed": seed, "budget": 8, "best": {"scales": scales}}
     record = {"settings": {"heldout_samples": 4},
-              "runs": [run("sweep-random", 1, curve), run("paper-ga", 1, other), run("paper-ga", 2, other),
+              "runs": [run(benchmark.DEFAULT_METHOD, 1, curve), run("paper-ga", 1, other), run("paper-ga", 2, other),
                        run("random", 1, curve)]}
     rows = benchmark.head_to_head(record, tmp_path / "scores.cache.json")
-    # paper-ga seed 2 has no sweep-random seed 2 to face; random seed 1 holds the same curve: a tie
+    # paper-ga seed 2 has no demo seed 2 to face; random seed 1 holds the same curve: a tie
     assert [(r["method"], r["seed"]) for r in rows] == [("paper-ga", 1), ("random", 1)]
     versus, tie = rows
     assert (versus["gained"], versus["lost"]) == (1, 3) and versus["difference"] == pytest.approx(-2 / 8)

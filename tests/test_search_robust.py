@@ -296,12 +296,11 @@ def test_every_sample_order_has_its_measured_racing_saving_and_the_cheaper_order
 
 def test_a_random_search_plan_is_the_start_and_draws_raced_against_the_best_and_fits_its_budget():
     from lpes_harness.search import SearchConfig
-    from lpes_harness.search.budget import RANDOM_DRAW_SAVING, plan
+    from lpes_harness.search.budget import HELDOUT_MARGIN, RANDOM_DRAW_SAVING, plan
 
-    from lpes_harness.search.budget import HELDOUT_MARGIN
-
+    saving = RANDOM_DRAW_SAVING["roles"]
     chosen = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5,
-                  racing_saving=RANDOM_DRAW_SAVING, initial="random", chunk_size=4)
+                  racing_saving=saving, initial="random", chunk_size=4)
     assert (chosen.parents, chosen.crossovers, chosen.generations) == (1, 0, 0)
     draws, expected = chosen.population - 1, chosen.expected_individuals
     assert draws == chosen.mutants and "random draws raced against the best so far until" in chosen.describe(5)
@@ -310,13 +309,13 @@ def test_a_random_search_plan_is_the_start_and_draws_raced_against_the_best_and_
     # Sweep unraced, each draw at its planned saving: the expected draws end by the search's deadline, and
     # the held-out table, planned with its margin, in what is left.
     heldout = HELDOUT_MARGIN * chosen.heldout_rows * 5 * chosen.heldout_samples
-    assert 5 + 2 * 5 * 8 + expected * 5 * 8 * (1 - RANDOM_DRAW_SAVING) <= chosen.search_deadline_seconds == 600 - heldout
+    assert 5 + 2 * 5 * 8 + expected * 5 * 8 * (1 - saving) <= chosen.search_deadline_seconds == 600 - heldout
     # Drawn ahead: as many as fit if every draw stopped after one chunk of 4 forwards; the deadline stops it.
     assert draws == int((600 - 5 - heldout - 2 * 5 * 8) / 4) > expected >= 6
     mutants = plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5, racing_saving=0.3)
     assert expected > mutants.individuals  # a draw that wrecks the model costs one chunk
     assert plan(600, 1.0, positions=5, search_samples=8, sweep_points=2, overhead_seconds=5,
-                racing_saving=RANDOM_DRAW_SAVING, initial="random").mutants == expected  # no chunk: no more draws
+                racing_saving=saving, initial="random").mutants == expected  # no chunk: no more draws
 
 
 def test_a_budget_without_room_for_a_search_says_what_would_do():

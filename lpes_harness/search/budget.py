@@ -46,8 +46,10 @@ RACING_SAVING = {"roles": 0.10, "hardest": 0.30}
 # the start's fitness stops them after one chunk. Measured on the sweep-random runs of
 # results/search_efficiency at 300 forwards (seeds 1-3, roles order): 58 draws in 692 forwards, 11.9
 # a draw of 40 (70 % saved; the worst seed 16.0, 60 %); the demo's three runs (hardest order, AVX2-only CPU,
-# results/demo_random_avx2): 48 draws in 444 forwards, 9.3 a draw (77 %). Planned at the worst seed's.
-RANDOM_DRAW_SAVING = 0.60
+# results/demo_random_avx2): 48 draws in 444 forwards, 9.3 a draw (77 %); the demo's three runs on the
+# avx512 CPU (hardest order, results/demo_avx512_noamx): 41, 33 and 32 draws in 284, 276 and 276 forwards
+# (78-83 %). Planned, by sample order, a little under the worst run of each.
+RANDOM_DRAW_SAVING = {"roles": 0.60, "hardest": 0.75}
 # The held-out table's time is planned at this many times its forwards, at the start-up timing here and at
 # the search's own seconds a forward in TimeLimitCallback. On the AVX2-only CPU the demo's tables ran at 0.99
 # to 1.12 times the start-up timing (results/demo_random_avx2) and at 1.02 to 1.15 times the search's rate
@@ -103,6 +105,7 @@ class Plan:
     heldout_share: float = 1.0  # the held-out table's time per forward, against a whole prompt's (shared text)
     tuning: bool = False  # uniform factors tuned after the search on as many forwards as it used
     validation_forwards: int = 0  # the honest choice's re-scoring after the search, as planned
+    lines: int = 0  # --lines: generation 0's individuals after the start, planned unraced as the sweep's points
 
     @property
     def individuals(self) -> int:
@@ -113,12 +116,13 @@ class Plan:
         deadline = f"about {self.search_deadline_seconds / 60:.1f} min after the start"
         if self.initial == "random":
             what = (f"random draws raced against the best so far until {deadline} (about {self.expected_individuals} "
-                    f"if each saves {100 * RANDOM_DRAW_SAVING:.0f} % of its forwards; at most {self.individuals - 1})")
+                    f"at the planned racing saving; at most {self.individuals - 1 - self.lines})")
         else:
             what = (f"{self.individuals} individuals (population {self.population}, {self.generations} generations "
                     f"of {self.crossovers} crossover + {self.mutants} mutants), stopped at {deadline} if still running")
+        lines = f"{self.lines} line{'s' * (self.lines != 1)} + " if self.lines else ""
         search = (f"time budget {self.budget_seconds / 60:.1f} min at {self.seconds_per_sample:.2f} s a sample: "
-                  f"search of {self.sweep_points} sweep points + {what}, on {self.search_samples} samples per position")
+                  f"search of {self.sweep_points} sweep points + {lines}{what}, on {self.search_samples} samples per position")
         if self.tuning:
             search += "; then uniform factors on as many forwards as the search used"
         if self.validation_forwards:
@@ -145,7 +149,8 @@ class Plan:
 def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, search_samples: int,
          sweep_points: int, heldout_rows: int = 2, overhead_seconds: float = 0.0, racing_saving: float = 0.0,
          initial: str = "mutants", chunk_size: int | None = None, heldout_share: float = 1.0,
-         heldout_samples: int | None = None, tuning: bool = False, validation_forwards: int = 0) -> Plan:
+         heldout_samples: int | None = None, tuning: bool = False, validation_forwards: int = 0,
+         lines: int = 0) -> Plan:
     """The largest search that, with its held-out table, fits ``budget_seconds`` (see the module docstring).
 
     ``overhead_seconds``: what is spent before the plan starts (the model load). ``racing_saving``: the
@@ -157,7 +162,8 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     whatever their power; None: the fewest that show the gain (:func:`heldout_samples_for`). ``tuning``: uniform
     factors are tuned after the search on as many forwards as it used (``--uniform-tuning``), so each search
     forward is planned twice. ``validation_forwards``: the validation's re-scoring after the search, planned
-    at the table's margin and share."""
+    at the table's margin and share. ``lines``: individuals scored right after the start (``--lines``), planned
+    unraced as the sweep's points (a line worth trying is expected to beat the start, and then runs whole)."""
     heldout = heldout_samples_for(positions) if heldout_samples is None else heldout_samples
     heldout_forwards = heldout_rows * positions * heldout
     after_seconds = HELDOUT_MARGIN * heldout_share * (heldout_forwards + validation_forwards) * seconds_per_sample
@@ -166,11 +172,12 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
     per_individual = positions * search_samples * (1 - racing_saving) * runs
     # The sweep's points are planned unraced: the first has no bound to race against, and each later
     # one races only the points before it, not a search's best.
-    sweep_forwards = sweep_points * positions * search_samples
+    sweep_forwards = (sweep_points + lines) * positions * search_samples
     individuals = int((forwards - sweep_forwards) / per_individual)
-    # The smallest search worth the name: a population of 4 and one generation of 2 children.
-    if individuals < 6:
-        need = overhead_seconds + after_seconds + seconds_per_sample * (sweep_forwards + 6 * per_individual)
+    # The smallest search worth the name: 6 candidates beside the start (a population of 4 and one generation
+    # of 2 children), the lines counted among them.
+    if individuals + lines < 6:
+        need = overhead_seconds + after_seconds + seconds_per_sample * (sweep_forwards + max(0, 6 - lines) * per_individual)
         if not heldout:
             holds = "no search of 6 individuals beside its sweep (and no held-out table, as --heldout-samples 0 asks)"
         else:
@@ -185,19 +192,22 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
                   search_deadline_seconds=_search_deadline(budget_seconds, overhead_seconds + sweep_forwards * seconds_per_sample,
                                                            after_seconds, tuning),
                   expected_individuals=individuals,
-                  heldout_share=heldout_share, tuning=tuning, validation_forwards=validation_forwards)
+                  heldout_share=heldout_share, tuning=tuning, validation_forwards=validation_forwards, lines=lines)
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
         # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
         draws = individuals
         if chunk_size:
             draws = max(individuals, int((forwards - sweep_forwards) / (chunk_size * runs)))
-        return Plan(**common, population=draws + 1, parents=1, mutants=draws, crossovers=0, generations=0)
-    population = max(4, min(12, individuals // 3))
-    children = max(2, min(population - 2, 7))  # at least 2 parents: a crossover needs two
+        # Generation 0 is the start, the lines, then the draws (GeneticSearch): the lines count among its mutants.
+        return Plan(**common, population=draws + lines + 1, parents=1, mutants=draws + lines, crossovers=0,
+                    generations=0)
+    drawn = max(4, min(12, individuals // 3))  # generation 0 beside the lines
+    children = max(2, min(drawn - 2, 7))  # at least 2 parents: a crossover needs two
     crossovers = 1
     mutants = children - crossovers
+    population = drawn + lines
     parents = population - children
-    generations = max(1, (individuals - population) // children)
+    generations = max(1, (individuals - drawn) // children)
     return Plan(**common, population=population, parents=parents, mutants=mutants, crossovers=crossovers,
                 generations=generations)
 

@@ -14,7 +14,7 @@ from lpes_harness.search.config import INITIAL_POPULATIONS
 from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.condition_fitness import CONDITION_OBJECTIVES
 from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile_heldout_samples
-from lpes_harness.search.sweep import parse_sweep
+from lpes_harness.search.sweep import check_lines, parse_lines, parse_sweep
 from lpes_harness.search.sample_order import SAMPLE_ORDERS
 
 DESCRIPTION = """\
@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     ga.add_argument("--sweep", default="none",
                     help="uniform scales scored first, e.g. 1,0.8,1.2; the best starts the search (it does not "
                          "narrow the y range). 'none': start at --initial-y (cpu profile: 1,0.8,1.2)")
+    ga.add_argument("--lines", default="none",
+                    help="straight lines over depth scored right after the start, before any mutant or draw, each "
+                         "raced against the best so far: FIRST:LAST from FIRST at layer 0 to LAST at the last layer, "
+                         "comma-separated (demo: 0.6:1.4, the rising line the searched curves lean on, so that a "
+                         "short budget still ends on a per-layer curve); 'none' (default)")
     genes = p.add_argument_group("genome")
     genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
     genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
@@ -363,6 +368,7 @@ def _check(args) -> None:
         check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
     args.base_sweep_values = parse_sweep(args.base_sweep) if args.scaling == "both" else []
+    args.line_values = check_lines(parse_lines(args.lines), args)
     args.heldout_extra = _heldout_extra(args.heldout_extra)
     _check_robust_settings(args)
     if args.heldout_samples < 0:

@@ -80,6 +80,8 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
         search["layer_type"] = values["layer_type"]
     if values.get("position_layer_type"):  # likewise
         search["position_layer_type"] = values["position_layer_type"]
+    if values.get("line_values"):  # --lines, parsed (absent means none: older checkpoints still resume)
+        search["lines"] = [list(line) for line in values["line_values"]]
     if values.get("initial", "mutants") != "mutants":  # absent means the paper's mutants: likewise
         search["initial"] = values["initial"]
     if values.get("scaling", "position") != "position":  # absent means position: likewise

@@ -1,8 +1,9 @@
 """The search loop: the paper's Algorithm 1, with a fitness cache, callbacks and resumable state.
 
 Generation 0 is the initial population: the paper's starting individual ``(k(L-1)/d, 1.5)``
-(or the ``start`` genome given) and ``population - 1`` of its mutants (``initial="random"``: as many
-uniformly random valid genomes) (brute-force mode: ``population`` random
+(or the ``start`` genome given), then the ``lines`` genomes given (each an individual of its own,
+e.g. the straight lines of ``--lines``), and mutants of the start until the population is full
+(``initial="random"``: as many uniformly random valid genomes) (brute-force mode: ``population`` random
 per-layer genomes). Each of the ``generations`` that follow is::
 
     parents   = the `parents` fittest of the population
@@ -118,12 +119,21 @@ class GeneticSearch:
         config: SearchConfig = SearchConfig(),
         callbacks: Sequence[Callback] = (),
         start: Sequence[Sequence[float]] | None = None,
+        lines: Sequence[Sequence[Sequence[float]]] = (),
     ):
         # ``start``: generation 0's first individual, around which the rest are its mutants (default
-        # :func:`initial_genome`, the paper's flat start at ``spec.initial_y``).
-        if start is not None and not spec.is_valid(start):
-            raise ValueError(f"the start genome is not valid for this spec: {'; '.join(spec.violations(start))}")
+        # :func:`initial_genome`, the paper's flat start at ``spec.initial_y``). ``lines``: generation 0's
+        # next individuals, scored right after the start and before any mutant or draw (a shape known to
+        # be worth a try is tried while the budget lasts), each in the place of one mutant.
+        for name, genome in [("start", start)] * (start is not None) + [("line", g) for g in lines]:
+            if not spec.is_valid(genome):
+                raise ValueError(f"the {name} genome is not valid for this spec: {'; '.join(spec.violations(genome))}")
+        if len(lines) > config.population - 1:
+            raise ValueError(f"{len(lines)} lines do not fit in a population of {config.population} beside its start")
+        if lines and spec.brute_force:
+            raise ValueError("lines are Bézier genomes; a brute-force search draws its whole first generation")
         self.start = [(float(x), float(y)) for x, y in start] if start is not None else None
+        self.lines = [[(float(x), float(y)) for x, y in genome] for genome in lines]
         self.spec = spec
         self.config = config
         self.callbacks = list(callbacks)
@@ -198,7 +208,11 @@ class GeneticSearch:
             first = make_individual(self.start if self.start is not None else initial_genome(self.spec))
             first.origin = "initial"
             population = [first]
-            for _ in range(self.config.population - 1):
+            for genome in self.lines:
+                line = make_individual(genome)
+                line.origin = "line"
+                population.append(line)
+            for _ in range(self.config.population - 1 - len(self.lines)):
                 if self.config.initial == "random":
                     other = make_individual(random_genome(self.spec, self.rng))
                     other.origin = "random"
@@ -270,7 +284,7 @@ class GeneticSearch:
             "seconds": seconds,
         }
         if self.best is None or fitness > self.best["fitness"]:
-            self.best = {k: record[k] for k in ("index", "generation", "genome", "scales", "fitness", "info")}
+            self.best = {k: record[k] for k in ("index", "generation", "origin", "genome", "scales", "fitness", "info")}
         if index >= self._replay_until:
             self._call_hooks("on_individual", record)
 

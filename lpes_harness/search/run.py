@@ -43,6 +43,7 @@ from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
 from lpes_harness.search.sample_order import load_order_state, order_state
+from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.sweep import run_sweep
 from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
 
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> dict:
                       "model_args": args.model_args, "num_layers": n_layers,
                       "dtype": args.dtype_chosen, "dtype_requested": args.dtype},
             "chat_template": chat,
-            "sweep": args.sweep_values, "heldout_samples": args.heldout_samples,
+            "sweep": args.sweep_values, "lines": args.line_values, "heldout_samples": args.heldout_samples,
             "processes": context.world, "profile": args.profile,
             "settings": settings,  # what `--resume --output DIR` restores
             "fingerprint": current,  # what it compares before the search has a checkpoint
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> dict:
         SampleOrderCallback(fitness),
         CheckpointCallback(checkpoint_path, extra={"fingerprint": current}),  # last: the files above agree with it
     ]
-    search = GeneticSearch(spec, fitness, config, callbacks)
+    search = GeneticSearch(spec, fitness, config, callbacks, lines=[ramp_genome(spec, a, b) for a, b in args.line_values])
     for point in final_choice.sweep_points(sweep, spec, args.scaling):
         if not (point.get("info") or {}).get("raced"):  # a complete sweep point is a known fitness
             search.cache[cache_key(point["scales"], config.cache_decimals)] = (point["fitness"], point["info"])
@@ -224,7 +225,8 @@ def run(args: argparse.Namespace) -> dict:
     best = result["best"]
     if result["stopped_early"]:
         print(f"the time budget stopped the search after {result['processed']} individuals", flush=True)
-    print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}), scores {best['info'].get('scores')}")
+    origin = f", {best['origin']}" if best.get("origin") else ""  # initial, line, random, mutant, crossover
+    print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}{origin}), scores {best['info'].get('scores')}")
     chosen = final_choice.finish(lm, args, fitness, spec, conditions, configs, sweep, output, result)
     result["total_seconds"] = round(time.perf_counter() - launched, 1)  # load + sweep + GA + final choice
     atomic_write_json(output / "result.json", result)

@@ -40,6 +40,49 @@ def parse_sweep(text) -> list[float]:
     return sorted(set(values), key=lambda v: (abs(v - 1.0), v))
 
 
+def parse_lines(text) -> list[tuple[float, float]]:
+    """``--lines``: ``"0.6:1.4,1:1.4"`` -> [(0.6, 1.4), (1.0, 1.4)], in the order given (the order they
+    are scored in); ``"none"`` or empty -> []. Each is a straight line over depth, from its first
+    value at layer 0 to its second at the last layer (:func:`lpes_harness.search.genome.ramp_genome`);
+    a flat one is a uniform scale, which belongs in ``--sweep``."""
+    if text is None or str(text).strip().lower() in ("", "none", "off"):
+        return []
+    lines = []
+    for part in (p.strip() for p in str(text).split(",") if p.strip()):
+        ends = part.split(":")
+        try:
+            first, last = (float(v) for v in ends) if len(ends) == 2 else (None, None)
+        except ValueError:
+            first = last = None
+        if first is None or not all(math.isfinite(v) and v > 0 for v in (first, last)):
+            raise ValueError(f"--lines {text!r}: give lines as FIRST:LAST scales separated by commas, e.g. "
+                             f"0.6:1.4,1:1.4 (from FIRST at layer 0 to LAST at the last layer), or 'none'")
+        if first == last:
+            raise ValueError(f"--lines: {part} is flat, a uniform scale: give it in --sweep")
+        if (first, last) not in lines:
+            lines.append((first, last))
+    return lines
+
+
+def check_lines(lines: list[tuple[float, float]], args) -> list[tuple[float, float]]:
+    """``lines`` if the search's flags can hold them: one curve of control points whose straight line is a
+    line over depth (not a step curve, not brute force, not scaling both), ends inside the y range (a line
+    clipped to it would be another line), and room beside the start in a population the flags fix."""
+    if not lines:
+        return lines
+    if args.brute_force or args.scaling == "both" or args.curve == "step":
+        why = ("--brute-force" if args.brute_force else "--scaling both" if args.scaling == "both" else "--curve step")
+        raise ValueError(f"--lines: a line is one curve's control points on a straight line, which {why} cannot hold")
+    outside = [f"{a:g}:{b:g}" for a, b in lines if not all(args.y_min <= v <= args.y_max for v in (a, b))]
+    if outside:
+        raise ValueError(f"--lines {', '.join(outside)}: the ends must lie in [--y-min, --y-max] = "
+                         f"[{args.y_min:g}, {args.y_max:g}]")
+    if not args.time_budget and len(lines) > args.population - 1:
+        raise ValueError(f"--lines: {len(lines)} lines need a --population of at least {len(lines) + 1} (the start "
+                         f"and the lines), got {args.population}")
+    return lines
+
+
 def run_sweep(evaluate, values: Sequence[float], uniform: Callable[[float], list[float]], *,
               known: Mapping[float, tuple[float, dict]] | None = None,
               on_point: Callable[[dict], None] | None = None, kind: str | None = None,

@@ -113,10 +113,11 @@ def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
         chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
                       sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
                       heldout_rows=heldout_rows(args), overhead_seconds=spent,
-                      racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING[args.sample_order])
+                      racing_saving=(RANDOM_DRAW_SAVING if args.initial == "random" else RACING_SAVING)[args.sample_order]
                       if args.racing else 0.0, initial=args.initial, chunk_size=args.chunk_size if args.racing else None,
                       heldout_share=share, heldout_samples=args.heldout_samples_asked,
-                      tuning=bool(args.uniform_tuning), validation_forwards=validation_forwards(args, positions))
+                      tuning=bool(args.uniform_tuning), validation_forwards=validation_forwards(args, positions),
+                      lines=len(args.line_values))
     except BudgetTooSmall as err:
         fail(f"--time-budget {args.time_budget}: {err}")
     for name in ("population", "parents", "mutants", "crossovers", "generations"):
