@@ -457,17 +457,21 @@ def run_ga_ramps(run: Run, args, num_layers: int, seed: int) -> None:
     search.run()
 
 
-def run_sweep_random(run: Run, args, num_layers: int, seed: int) -> None:
+def run_sweep_random(run: Run, args, num_layers: int, seed: int, sweep_values: str | None = None,
+                     lines: tuple = ()) -> None:
     """Random search from the sweep's start, as ``lpes-search --initial random --generations 0 --parents 1
     --crossovers 0`` runs it: generation 0 is the sweep's best and random valid genomes, each raced
-    against the best so far (which the start makes high from the first draw)."""
+    against the best so far (which the start makes high from the first draw). ``sweep_values`` (default
+    ``--sweep``) and ``lines`` (``(first, last)`` ends, scored right after the start) are ``line-random``'s."""
     from lpes_harness.search import GeneticSearch, SearchConfig
+    from lpes_harness.search.genome import ramp_genome
 
-    sweep = sweep_start(run, args, num_layers)
+    sweep_args = args if sweep_values is None else argparse.Namespace(**{**vars(args), "sweep": sweep_values})
+    sweep = sweep_start(run, sweep_args, num_layers)
     spec = genome_spec(args, num_layers).starting_at(sweep["best"])
     config = SearchConfig(population=SWEEP_RANDOM_DRAWS, parents=1, mutants=SWEEP_RANDOM_DRAWS - 1, crossovers=0,
                           generations=0, mx=args.mx, my=args.my, seed=seed, mutation="paper", initial="random")
-    search = GeneticSearch(spec, run, config, [_recorder(run)])
+    search = GeneticSearch(spec, run, config, [_recorder(run)], lines=[ramp_genome(spec, *ends) for ends in lines])
     search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))  # the start is scored: served again
     search.run()
 
@@ -475,16 +479,7 @@ def run_sweep_random(run: Run, args, num_layers: int, seed: int) -> None:
 def run_line_random(run: Run, args, num_layers: int, seed: int) -> None:
     """``make demo``'s search (``--sweep 0.8 --lines 0.6:1.4 --initial random``): the sweep's one point, the
     line raced against it, then the draws of ``sweep-random``'s seed raced against the best so far."""
-    from lpes_harness.search import GeneticSearch, SearchConfig
-    from lpes_harness.search.genome import ramp_genome
-
-    sweep = sweep_start(run, argparse.Namespace(**{**vars(args), "sweep": LINE_RANDOM_SWEEP}), num_layers)
-    spec = genome_spec(args, num_layers).starting_at(sweep["best"])
-    config = SearchConfig(population=SWEEP_RANDOM_DRAWS, parents=1, mutants=SWEEP_RANDOM_DRAWS - 1, crossovers=0,
-                          generations=0, mx=args.mx, my=args.my, seed=seed, mutation="paper", initial="random")
-    search = GeneticSearch(spec, run, config, [_recorder(run)], lines=[ramp_genome(spec, *DEMO_LINE)])
-    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))
-    search.run()
+    run_sweep_random(run, args, num_layers, seed, sweep_values=LINE_RANDOM_SWEEP, lines=(DEMO_LINE,))
 
 
 def run_random(run: Run, args, num_layers: int, seed: int) -> None:

@@ -63,6 +63,9 @@ def test_lines_also_open_a_genetic_search_and_must_fit_its_population_and_spec()
     assert [r["origin"] for r in records[:5]] == ["initial", "line", "mutant", "mutant", "mutant"]
     with pytest.raises(ValueError, match="6 lines do not fit in a population of 6"):
         run([(0.6, 1.4), (0.6, 1.0), (1.0, 1.4), (1.4, 1.0), (1.0, 0.6), (1.4, 0.6)])
+    brute = GenomeSpec(num_layers=30, num_points=4, y_min=0.25, y_max=2.5, y_step=0.05, brute_force=True)
+    with pytest.raises(ValueError, match="lines are Bézier genomes"):
+        GeneticSearch(brute, rising, RANDOM, lines=[ramp_genome(SPEC, 0.6, 1.4)])
     with pytest.raises(ValueError, match="the line genome is not valid"):
         GeneticSearch(SPEC, rising, RANDOM, lines=[[(0.0, 1.0), (0.0, 1.2), (10.0, 1.0), (29.0, 1.0)]])
 

@@ -125,13 +125,13 @@ class GeneticSearch:
         # :func:`initial_genome`, the paper's flat start at ``spec.initial_y``). ``lines``: generation 0's
         # next individuals, scored right after the start and before any mutant or draw (a shape known to
         # be worth a try is tried while the budget lasts), each in the place of one mutant.
+        if lines and spec.brute_force:  # before validity: a line's control points are never a brute-force genome
+            raise ValueError("lines are Bézier genomes; a brute-force search draws its whole first generation")
+        if len(lines) > config.population - 1:
+            raise ValueError(f"{len(lines)} lines do not fit in a population of {config.population} beside its start")
         for name, genome in [("start", start)] * (start is not None) + [("line", g) for g in lines]:
             if not spec.is_valid(genome):
                 raise ValueError(f"the {name} genome is not valid for this spec: {'; '.join(spec.violations(genome))}")
-        if len(lines) > config.population - 1:
-            raise ValueError(f"{len(lines)} lines do not fit in a population of {config.population} beside its start")
-        if lines and spec.brute_force:
-            raise ValueError("lines are Bézier genomes; a brute-force search draws its whole first generation")
         self.start = [(float(x), float(y)) for x, y in start] if start is not None else None
         self.lines = [[(float(x), float(y)) for x, y in genome] for genome in lines]
         self.spec = spec

@@ -40,10 +40,10 @@ from lpes_harness.search.cli import RUN_RECORD, parse_args, read_run_record, run
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
+from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
 from lpes_harness.search.sample_order import load_order_state, order_state
-from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.sweep import run_sweep
 from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
 
