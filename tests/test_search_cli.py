@@ -156,6 +156,40 @@ def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, 
     assert {p.name: p.read_bytes() for p in output.iterdir()} == before
 
 
+def test_a_resume_with_dtype_auto_keeps_the_dtype_the_run_was_made_in():
+    from lpes_harness.models import auto_dtype
+    from lpes_harness.search.run import run_dtype
+
+    other = "bfloat16" if auto_dtype("cpu")[0] == "float32" else "float32"  # what this CPU's auto would not pick
+    assert run_dtype("auto", "cpu", {"model": {"dtype": other}})[0] == other
+    assert run_dtype("auto", "cpu", None)[0] == auto_dtype("cpu")[0]  # a new run: auto decides by CPU kind
+    assert run_dtype("float32", "cpu", {"model": {"dtype": "bfloat16"}})[0] == "float32"  # asked by name: as asked
+
+
+def test_a_run_made_in_another_dtype_resumes_under_auto_on_this_cpu(single_run, checkpoint, tmp_path):
+    # A run made where auto picked the other dtype (another CPU kind, a GPU): a resume here with the run's
+    # own --dtype auto continues it in that dtype instead of refusing it ("model.dtype: saved ...").
+    import shutil
+
+    from lpes_harness.models import auto_dtype
+
+    other = "bfloat16" if auto_dtype("cpu")[0] == "float32" else "float32"
+    output = tmp_path / "moved"
+    shutil.copytree(single_run[0], output)
+    for name, path in (("config.json", ("model",)), ("config.json", ("fingerprint", "model")),
+                       ("checkpoint.json", ("fingerprint", "model"))):
+        record = json.loads((output / name).read_text())
+        section = record
+        for key in path:
+            section = section[key]
+        section["dtype"] = other
+        (output / name).write_text(json.dumps(record))
+    done = run([sys.executable, GA, "--resume", "--output", str(output), "--no-progress"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"model dtype {other} (--dtype auto: the dtype the resumed run was made in)" in done.stdout
+    assert json.loads((output / "config.json").read_text())["model"]["dtype"] == other
+
+
 def test_a_random_search_is_the_start_and_random_draws_each_raced_against_the_best(checkpoint, tmp_path):
     output = tmp_path / "random"
     args = ga_args(checkpoint, output, generations=0)

@@ -94,6 +94,20 @@ def _configure(args) -> tuple[SearchConfig, FitnessConfig, dict]:
     return config, fitness_config, current
 
 
+def run_dtype(requested: str, device: str, record: dict | None) -> tuple[str, str]:
+    """The dtype a run computes in, and why (for its log line). ``auto`` on a resume is the dtype the run
+    was made in: ``auto`` decides by CPU kind, so a run resumed on another machine would otherwise be
+    refused, or mix two dtypes in one search. A dtype asked for by name is taken as asked (the resume
+    check then refuses one that differs from the run's)."""
+    made_in = ((record or {}).get("model") or {}).get("dtype")
+    if requested == "auto" and made_in:
+        return made_in, ": the dtype the resumed run was made in"
+    if requested == "auto":
+        chosen, why = auto_dtype(device)
+        return chosen, f": {why}"
+    return choose_dtype(requested, device), ""
+
+
 def run(args: argparse.Namespace) -> dict:
     from lpes_harness.search import distributed, final_choice, heldout
     from lpes_harness.search.condition_fitness import ConditionsFitness, condition_configs
@@ -113,7 +127,7 @@ def run(args: argparse.Namespace) -> dict:
         fail(f"--resume {output}: {err}")
     resume_search = args.resume and checkpoint_path.exists()  # else a resume before the search began
     saved_state = load_checkpoint(checkpoint_path) if resume_search else None  # read once: nothing rewrites it before the loop
-    args.dtype_chosen = choose_dtype(args.dtype_requested, args.device or default_device())
+    args.dtype_chosen, dtype_why = run_dtype(args.dtype_requested, args.device or default_device(), record)
     config, fitness_config, current = _configure(args)
     if args.resume:  # before anything is loaded or written: a resume never mixes two experiments
         check_resume(output, record, saved_state, current)
@@ -146,8 +160,7 @@ def run(args: argparse.Namespace) -> dict:
         return {}
 
     chat = fitness.chat_template
-    why = f": {auto_dtype(args.device or default_device())[1]}" if args.dtype_requested == "auto" else ""
-    print(f"model dtype {args.dtype_chosen} (--dtype {args.dtype}{why}); chat template "
+    print(f"model dtype {args.dtype_chosen} (--dtype {args.dtype}{dtype_why}); chat template "
           f"{chat if several else ('on' if chat else 'off')}; "
           + (f"conditions {', '.join(c.name for c in conditions)} ({args.condition_objective})" if several else
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
