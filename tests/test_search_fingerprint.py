@@ -5,6 +5,7 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 
 import pytest
 from tiny_models import save_tiny_checkpoint
@@ -100,6 +101,14 @@ def test_a_fingerprint_from_before_the_hash_compares_size_and_modification_time(
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     (line,) = mismatches(saved, fingerprint(settings))
     assert line.startswith("model.files.model.safetensors: saved {\"modified\": ")
+    # The line says how to resume with the same file: the command it quotes makes the two agree.
+    command = line[line.index("touch -d "):].rstrip(")")
+    subprocess.run(command, shell=True, check=True)
+    assert mismatches(saved, fingerprint(settings)) == []
+    with open(weights, "ab") as handle:  # another size: no such hint, the file is not the same
+        handle.write(b"\0")
+    (line,) = mismatches(saved, fingerprint(settings))
+    assert "touch" not in line
 
 
 def test_another_library_version_is_a_mismatch(monkeypatch):

@@ -125,8 +125,21 @@ def mismatches(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str
                 continue
             lines.append(f"{key}: saved {old!r}, now {new!r} (it may only grow)")
             continue
-        lines.append(f"{key}: saved {_show(old)}, now {_show(new)}")
+        lines.append(f"{key}: saved {_show(old)}, now {_show(new)}" + _touch_hint(key, old, new, flat_current))
     return lines
+
+
+def _touch_hint(key: str, old: Any, new: Any, flat_current: Mapping[str, Any]) -> str:
+    """For a fingerprint from before the hash whose model file differs only in its modification time (a
+    reinstalled package rewrites the file), how to tell the resume it is the same file."""
+    if not (key.startswith("model.files.") and isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return ""
+    if "sha256" in old or old.get("size") != new.get("size"):
+        return ""
+    name, folder = key.removeprefix("model.files."), Path(str(flat_current.get("model.path")))
+    path = folder if folder.name == name else folder / name
+    return (f" (a run from before model files were hashed compares their time; if this is the same file, give "
+            f"it the saved time and resume again: touch -d '{old.get('modified')}' '{path}')")
 
 
 def state_mismatches(saved_state: Mapping[str, Any], spec: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
