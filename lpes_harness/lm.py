@@ -25,10 +25,16 @@ answer tokens: with Gemma-3's 262k vocabulary the full-vocabulary logits at ever
 cost more than the decoder. The answers are HFLM's to rounding (1e-4 in float32), not bit for bit:
 the output layer's matmul over fewer rows rounds differently, so the default stays HFLM's path,
 on which ``scales=1`` reproduces the plain model exactly.
+
+``prefix_cache=true`` (with ``batch_size`` 1) makes greedy ``generate_until`` run the tokens a
+prompt shares with the one before it once, on one KV cache (:mod:`lpes_harness.lmeval.prefix_generation`):
+L-Eval's questions of one document then pay for the document once. Its continuations are HFLM's
+to float rounding, not bit for bit, so it is off by default too.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -38,9 +44,12 @@ from lm_eval.models.huggingface import HFLM
 from lpes_harness import rope
 from lpes_harness.arg_values import parse_bool
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
+from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, why_not_shared
 from lpes_harness.models import config_layer_types, hflm_model_args, output_layer, resolve_pretrained
 from lpes_harness.scales_args import parse_scales_args
 from lpes_harness.scaling import identity
+
+logger = logging.getLogger(__name__)
 
 
 @register_model("lpes_hf")
@@ -57,6 +66,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         layer_type: str | None = None,
         scaling: str | None = None,
         answer_logits: Any = False,
+        prefix_cache: Any = False,
         gguf_file: str | None = None,
         device: str | None = None,
         **kwargs,
@@ -65,6 +75,10 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         # read here, once. The same checks run from lm_eval's command line (_startup.py).
         args = parse_scales_args(scales, control_points, curve, pi, layer_type, scaling)
         self.lpes_answer_logits = parse_bool("answer_logits", answer_logits)
+        self.lpes_prefix_cache = parse_bool("prefix_cache", prefix_cache)
+        if self.lpes_prefix_cache and str(kwargs.get("batch_size", 1)) != "1":
+            raise ValueError(f"prefix_cache=true shares one KV cache between prompts run one at a time: "
+                             f"it needs batch_size 1, got {kwargs.get('batch_size')!r}")
         model_args = hflm_model_args(pretrained, gguf_file, device)
         # Which model this is, for fingerprints: the GGUF it came from, not the cache folder it loads from.
         source = resolve_pretrained(pretrained, gguf_file) if isinstance(pretrained, str) or pretrained is None \
@@ -87,6 +101,14 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         if self.lpes_answer_logits:
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)  # the mixin's
         return HFLM.loglikelihood(self, requests, disable_tqdm=disable_tqdm)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        if self.lpes_prefix_cache:
+            reason = why_not_shared(self, requests)
+            if reason is None:
+                return generate_sharing_prefixes(self, requests, disable_tqdm=disable_tqdm)
+            logger.warning("prefix_cache=true: each prompt runs whole (HFLM's path): %s", reason)
+        return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def answer_logits(self, input_ids, rows, columns):
         """``loglikelihood``'s logits ``(n, V)`` at positions ``(rows, columns)`` of the batch only."""

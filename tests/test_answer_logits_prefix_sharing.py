@@ -96,7 +96,7 @@ def test_a_model_with_sliding_window_layers_scores_each_prompt_from_scratch(tmp_
     model.save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     lm = LPESLM(pretrained=str(tmp_path), device="cpu", dtype="float32")
-    assert answer_logits._prefix_cache(lm) is None  # its window's cache cannot be cut back and extended
+    assert answer_logits.prefix_cache(lm) is None  # its window's cache cannot be cut back and extended
     pairs = position_pairs()
     shared, tokens = tokens_run(lm, pairs)
     for pair, one, other in zip(pairs, each_alone(lm, pairs), shared):

@@ -140,7 +140,7 @@ LAYER_OF = {
     # lm-eval's side: registration (the .pth hook, lpes-eval's register), our lm-eval models, the tasks
     **dict.fromkeys((
         "_startup", "plugin", "lm", "lmeval", "lmeval.answer_logits", "lmeval.contract",
-        "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer",
+        "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer", "lmeval.prefix_generation",
         "lmeval.registration", "lmeval.requests", "lmeval.tasks",
         "tasks", "tasks.data", "tasks.kv_retrieval", "tasks.mdqa", "tasks.metrics", "tasks.multi_needle",
         "tasks.needle", "tasks.position", "tasks.suites", "tasks.suites.common", "tasks.suites.leval",

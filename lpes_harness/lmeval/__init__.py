@@ -11,6 +11,8 @@
 - :mod:`.position_scorer`: a position task's samples scored one by one, as lm-eval prompts them
   (the search's fitness, the held-out tables and ``lpes-check`` all score through it).
 - :mod:`.answer_logits`: the fast one-pass scorer behind it (logits only at the answer tokens).
+- :mod:`.prefix_generation`: greedy ``generate_until`` whose prompts share their common prefixes on
+  one KV cache (``lpes_hf prefix_cache=true``; L-Eval's questions of one document).
 - :mod:`.hflm`: what our HFLM subclasses override of HFLM (and `loglikelihood` with logits only at the answers).
 - :mod:`.method_lm`: a method of the table (:data:`lpes_harness.methods.METHODS`) as an lm-eval
   model, HFLM then the method's ``install``; :mod:`.method_models`: the methods that need more of HFLM.

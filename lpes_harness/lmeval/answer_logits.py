@@ -84,7 +84,7 @@ def score_answers(lm, pairs: Sequence[tuple[str, str]], batch_size: int | str = 
     results: list[AnswerScore | None] = [None] * len(pairs)
     groups = [(list(context), indices, [encoded[i][1] for i in indices]) for context, indices in by_context.items()]
     size = resolve_batch_size(lm, batch_size)
-    cache = _prefix_cache(lm) if size == 1 and share_prefixes else None
+    cache = prefix_cache(lm) if size == 1 and share_prefixes else None
     if cache is not None:
         for (_, indices, _), scores in zip(groups, _score_sharing_prefixes(lm, [(c, a) for c, _, a in groups], cache)):
             for i, score in zip(indices, scores):
@@ -299,7 +299,7 @@ def _answers_on_cache(lm, cache, last_token: int, answers: list[list[int]]) -> l
     return [_judge(logits[row, : len(answer)], answer) for row, answer in enumerate(answers)]
 
 
-def _prefix_cache(lm):
+def prefix_cache(lm):
     """An empty KV cache that can be cut back to any length, or None where the model's cannot.
 
     Sliding-window layers (Gemma-3's) keep only their window, so a cache cut back past it cannot
@@ -314,17 +314,17 @@ def _prefix_cache(lm):
 def shared_token_fraction(lm, contexts: Sequence[str]) -> float:
     """The share of the contexts' tokens that :func:`score_answers` runs at batch size 1, counted
     without a forward: 1 where the model's cache cannot be cut back (each context then runs whole)."""
-    if _prefix_cache(lm) is None:
+    if prefix_cache(lm) is None:
         return 1.0
     encoded = sorted({tuple(lm.tok_encode(context)) for context in contexts})
     run, previous = 0, ()
     for tokens in encoded:
-        run += len(tokens) - min(_common_prefix(previous, tokens), len(tokens) - 1)
+        run += len(tokens) - min(common_prefix(previous, tokens), len(tokens) - 1)
         previous = tokens
     return run / max(1, sum(map(len, encoded)))
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     length = 0
     for x, y in zip(a, b):
         if x != y:
@@ -336,7 +336,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 @torch.inference_mode()
 def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]], cache) -> list[list[AnswerScore]]:
     """Every ``(context, answers)`` at batch size 1, the tokens a context shares with the one before it run once
-    (``cache``: an empty :func:`_prefix_cache`).
+    (``cache``: an empty :func:`prefix_cache`).
 
     A position task's prompts of one sample are the same text but where the gold item sits, so
     the prompt with the gold item at 75 % shares its first three quarters with the one at 100 %.
@@ -356,7 +356,7 @@ def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]],
             results[index] = _score_context(lm, context, answers)  # lm-eval's left truncation, scored alone
             continue
         # At most what the cache holds of the previous context: after several answers, all of it but its last token.
-        keep = min(_common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
+        keep = min(common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
         if cache.get_seq_length() > keep:
             cache.crop(keep - cache.get_seq_length())
         previous = context
