@@ -112,7 +112,7 @@ def write_report(
                            multiple_choice_section(methods, "ceval_local", "C-Eval, 5-shot", baseline)) if s]
     if general:
         sections += ["## General ability\n", *general]
-    long_context = [s for s in (leval_section(methods), zeroscrolls_section(methods)) if s]
+    long_context = [s for s in (leval_section(methods, baseline), zeroscrolls_section(methods, baseline)) if s]
     if long_context:
         sections += ["## Long context\n", *long_context]
     other = other_section(methods, covered_tasks(methods, groups))

@@ -144,6 +144,61 @@ def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
     assert "- vanilla:" not in text
 
 
+def test_leval_and_zeroscrolls_are_paired_over_their_samples_per_task_and_on_average(tmp_path):
+    import numpy as np
+
+    from lpes_harness.analysis.stats import compare_paired_resampled, format_p, geometric_mean_score, mean_score
+
+    def run(folder, date, by_task):
+        folder.mkdir(parents=True)
+        results = {}
+        for task, rows in by_task.items():
+            names = list(rows[0])
+            results[task] = {f"{name},none": float(np.mean([row[name] for row in rows])) for name in names}
+            lines = [json.dumps({"doc_id": i, **row, "metrics": names, "filtered_resps": ["A"]}) for i, row in enumerate(rows)]
+            (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+        (folder / f"results_{date}.json").write_text(json.dumps({"results": results}))
+
+    rng = np.random.default_rng(0)
+    # L-Eval: Coursera's partial credit (0.25) and TOEFL's 0/1, 30 questions each; LPES better on TOEFL
+    tpo_vanilla = [float(x) for x in rng.random(30) < 0.3]
+    tpo_lpes = [1.0 if i < 12 else v for i, v in enumerate(tpo_vanilla)]
+    coursera_vanilla = [float(v) for v in rng.choice([0, 0.25, 1], 30)]
+    coursera_lpes = coursera_vanilla[::-1]
+    # ZeroSCROLLS: a summary task scored by ROUGE-1/2/L, 10 samples
+    rouge = rng.random((2, 10, 3)) * 0.4
+    same = [float(x) for x in rng.random(20) < 0.5]  # QuALITY and SFiction: the same answers in both rows
+    leval = lambda tpo, coursera: {"leval_tpo": [{"exact_match": v} for v in tpo],
+                                   "leval_coursera": [{"exact_match": v} for v in coursera],
+                                   "leval_quality": [{"exact_match": v} for v in same],
+                                   "leval_sci_fi": [{"exact_match": v} for v in same]}
+    summary = lambda rows: {"zeroscrolls_gov_report": [dict(zip(("rouge1", "rouge2", "rougeL"), map(float, r))) for r in rows]}
+    run(tmp_path / "vanilla", "2026-01-01T00-00-00.1", {**leval(tpo_vanilla, coursera_vanilla), **summary(rouge[0])})
+    run(tmp_path / "lpes", "2026-01-01T00-00-00.2", {**leval(tpo_lpes, coursera_lpes), **summary(rouge[1])})
+    text = report.write_report([f"LPES={tmp_path / 'lpes'}", f"vanilla={tmp_path / 'vanilla'}"], tmp_path / "out").read_text()
+
+    def cell(strata):
+        test = compare_paired_resampled(strata)
+        sign = lambda v: f"{'+' if v >= 0 else '−'}{abs(100 * v):.1f}"
+        low, high = test["difference_interval"]
+        return f"{sign(test['difference'])} [{sign(low)}, {sign(high)}], {test['better']} / {test['worse']}, p = {format_p(test['p'])}"
+
+    column = lambda values: np.array(values)[:, None]
+    coursera = (column(coursera_lpes), column(coursera_vanilla), mean_score)
+    tpo = (column(tpo_lpes), column(tpo_vanilla), mean_score)
+    unchanged = (column(same), column(same), mean_score)
+    rows = [line for line in text.splitlines() if line.startswith("| LPES | ") and "p = " in line]
+    assert len(rows) == 2  # one under each suite's table
+    # | method | Coursera | QuALITY | TOEFL | SFiction | avg |
+    leval_cells = [c.strip(" |") for c in rows[0].split(" | ")[1:]]
+    assert leval_cells[0] == cell([coursera]) and leval_cells[2] == f"**{cell([tpo])}**"  # 8 better, 0 worse
+    assert leval_cells[1] == leval_cells[3] == "+0.0 [+0.0, +0.0], 0 / 0, p = 1.000"
+    assert leval_cells[4].strip("*") == cell([coursera, unchanged, tpo, unchanged])
+    assert rows[1].split(" | ")[1] == f"**{cell([(rouge[1], rouge[0], geometric_mean_score)])}**"
+    assert rows[1].endswith("| – | – |")  # ZeroSCROLLS' other tasks not logged: no cell, no average
+    assert "paired bootstrap interval" in text
+
+
 def test_a_logged_sample_with_a_unicode_line_separator_in_its_text_is_one_sample(tmp_path):
     from lpes_harness.analysis.logged_samples import read_scores
 

@@ -2,10 +2,18 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from lpes_harness.analysis.paired_table import format_plain, format_table, paired_table
-from lpes_harness.analysis.stats import compare_paired, mcnemar_exact, wilson_interval
+from lpes_harness.analysis.stats import (
+    compare_paired,
+    compare_paired_resampled,
+    geometric_mean_score,
+    mcnemar_exact,
+    mean_score,
+    wilson_interval,
+)
 
 
 def test_wilson_interval_matches_hand_computation():
@@ -116,3 +124,56 @@ def test_each_curve_is_paired_with_each_baseline_model_over_all_positions():
     assert "LPES a vs MoICE, all positions: +30.0 pts, +11/−5" in format_plain(paired_table(scored))
     del scored["methods"]  # a table without method specs (older files): no baseline rows known, no lines
     assert paired_table(scored)["versus_baselines"] == {}
+
+
+# -- compare_paired_resampled: scores that are not a mean of 0/1 -------------------------------
+
+def _binary_pair(gained, lost, same_right, same_wrong):
+    method = [1] * gained + [0] * lost + [1] * same_right + [0] * same_wrong
+    baseline = [0] * gained + [1] * lost + [1] * same_right + [0] * same_wrong
+    return np.array(method, float)[:, None], np.array(baseline, float)[:, None]
+
+
+def test_resampled_on_0_1_samples_agrees_with_mcnemar_and_wald():
+    # On 0/1 samples, the sign-flip permutation is McNemar's null and the bootstrap interval Wald's
+    method, baseline = _binary_pair(gained=30, lost=14, same_right=100, same_wrong=56)
+    test = compare_paired_resampled([(method, baseline, mean_score)], resamples=20_000)
+    exact = compare_paired(method[:, 0], baseline[:, 0])
+    assert test["difference"] == pytest.approx(exact["difference"]) == pytest.approx(16 / 200)
+    assert test["p"] == pytest.approx(exact["p"], abs=0.006)  # Monte Carlo error at 20,000
+    assert test["difference_interval"] == pytest.approx(exact["difference_interval"], abs=0.006)
+    assert (test["better"], test["worse"], test["n"]) == (30, 14, 200)
+
+
+def test_resampled_identical_rows_differ_by_nothing():
+    rows = np.random.default_rng(1).random((40, 3))
+    test = compare_paired_resampled([(rows, rows.copy(), geometric_mean_score)])
+    assert test["difference"] == 0 and test["difference_interval"] == (0.0, 0.0) and test["p"] == 1.0
+    assert (test["better"], test["worse"]) == (0, 0)
+
+
+def test_a_summary_is_scored_by_the_geometric_mean_of_its_mean_rouges():
+    # per-sample geometric means would give 0 here (each sample has one ROUGE at 0); the task's does not
+    method = np.array([[0.4, 0.0, 0.3], [0.2, 0.2, 0.0]])
+    baseline = np.zeros((2, 3))
+    test = compare_paired_resampled([(method, baseline, geometric_mean_score)], resamples=200)
+    assert test["value"] == pytest.approx((0.3 * 0.1 * 0.15) ** (1 / 3))
+    assert (test["better"], test["worse"]) == (0, 0)  # no sample alone scores above 0
+
+
+def test_several_tasks_average_their_scores_and_resampling_is_seeded():
+    rng = np.random.default_rng(2)
+    one = (rng.random((30, 1)), rng.random((30, 1)), mean_score)
+    two = (rng.random((10, 3)), rng.random((10, 3)), geometric_mean_score)
+    test = compare_paired_resampled([one, two], resamples=500)
+    expected = (one[0].mean() - one[1].mean() + geometric_mean_score(two[0].mean(0)) - geometric_mean_score(two[1].mean(0))) / 2
+    assert test["difference"] == pytest.approx(expected) and test["n"] == 40
+    assert compare_paired_resampled([one, two], resamples=500) == test
+    assert compare_paired_resampled([one, two], resamples=500, seed=1) != test
+
+
+def test_resampled_refuses_unpaired_rows():
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        compare_paired_resampled([(np.zeros((3, 1)), np.zeros((4, 1)), mean_score)])
+    with pytest.raises(ValueError, match="no tasks"):
+        compare_paired_resampled([])

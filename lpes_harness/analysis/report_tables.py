@@ -3,8 +3,10 @@
 Methods are rows, values in percent. Position tasks get a 95 % Wilson interval per cell and,
 where both runs logged samples, the difference from the baseline method (``--baseline``, else ``vanilla`` if given,
 else the first) with an exact McNemar p on the same samples: only a significant difference is
-bold. The other tables (MMLU / C-Eval by category, L-Eval, ZeroSCROLLS, any other task) test
-nothing, so nothing there is bold. The suites' task lists come from :mod:`lpes_harness.tasks.suites`.
+bold. MMLU and C-Eval are paired over their questions below their tables (Wald interval, exact
+McNemar), L-Eval and ZeroSCROLLS over theirs with a paired bootstrap interval and a paired
+permutation p (their scores are partial credit and ROUGE, not 0/1); the tables themselves, and
+any other task's, test nothing, so nothing there is bold. The suites' task lists come from :mod:`lpes_harness.tasks.suites`.
 """
 
 from __future__ import annotations
@@ -17,11 +19,20 @@ from lpes_harness.analysis.results_files import (
     MULTIPLE_CHOICE_SUITES,
     POSITION_SUBTASK,
     Method,
+    headline_columns,
     main_metric,
     suite_tasks,
 )
 from lpes_harness.analysis.search_history import ReportError
-from lpes_harness.analysis.stats import compare_paired, format_p, wilson_interval
+from lpes_harness.analysis.stats import (
+    RESAMPLES,
+    compare_paired,
+    compare_paired_resampled,
+    format_p,
+    geometric_mean_score,
+    mean_score,
+    wilson_interval,
+)
 from lpes_harness.tasks.suites import leval, zeroscrolls
 
 # The suites' subtasks, in table order, for results that do not list them (no "group_subtasks").
@@ -193,7 +204,53 @@ def multiple_choice_tests(methods: Sequence[Method], suite: str, baseline: str |
             f"subjects; [..]: 95 % interval of the difference (Wald, paired):\n\n" + "\n".join(lines) + "\n")
 
 
-def leval_section(methods: Sequence[Method]) -> str | None:
+def long_context_tests(methods: Sequence[Method], tasks: Sequence[str], columns: Sequence[str],
+                       baseline: str | None = None) -> str:
+    """Each method against the baseline on the samples both logged: per task and for the tasks' average."""
+    baseline = baseline_method(methods, baseline)
+    rows = []
+    for method in methods:
+        if method is baseline:
+            continue
+        strata = {task: stratum for task in tasks if (stratum := _paired_stratum(method, baseline, task)) is not None}
+        if not strata:
+            continue
+        cells = [_resampled_cell([strata[task]]) if task in strata else "–" for task in tasks]
+        rows.append(f"| {method.name} | " + " | ".join(
+            [*cells, _resampled_cell(list(strata.values())) if len(strata) == len(tasks) else "–"]) + " |")
+    if not rows:
+        return ""
+    return (f"\nPaired with `{baseline.name}` on the same samples (lm-eval's `--log_samples` files): the difference in "
+            f"points, its 95 % paired bootstrap interval (samples drawn again within each task, {RESAMPLES:,} times), "
+            f"samples scored higher / lower, paired permutation p; avg: the tasks' average, as above:\n\n"
+            + "| method | " + " | ".join([*columns, "avg"]) + " |\n|---|" + "---|" * (len(columns) + 1) + "\n"
+            + "\n".join(rows) + "\n")
+
+
+def _paired_stratum(method: Method, baseline: Method, task: str):
+    """One task's rows of both methods on their common samples, and the task's score; None if not both logged it."""
+    mine, theirs = method.records.get(task) or {}, baseline.records.get(task) or {}
+    common = sorted(mine.keys() & theirs.keys())
+    columns = headline_columns(mine[common[0]]) if common else ()
+    if not columns:
+        return None
+    try:
+        rows = [[[float(records[doc][c]) for c in columns] for doc in common] for records in (mine, theirs)]
+    except (KeyError, TypeError, ValueError):
+        raise ReportError(f"{task}: a logged sample of {method.name!r} or {baseline.name!r} lacks a numeric "
+                          f"{'/'.join(columns)}") from None
+    return rows[0], rows[1], mean_score if len(columns) == 1 else geometric_mean_score
+
+
+def _resampled_cell(strata) -> str:
+    test = compare_paired_resampled(strata)
+    low, high = test["difference_interval"]
+    text = (f"{_points(test['difference'])} [{_points(low)}, {_points(high)}], "
+            f"{test['better']} / {test['worse']}, p = {format_p(test['p'])}")
+    return f"**{text}**" if test["p"] < ALPHA else text
+
+
+def leval_section(methods: Sequence[Method], baseline: str | None = None) -> str | None:
     tasks = suite_tasks(methods, "leval", LEVAL_TASKS)
     if not any(any(t in m.scores for t in tasks) for m in methods):
         return None
@@ -204,10 +261,11 @@ def leval_section(methods: Sequence[Method]) -> str | None:
         present = [v for v in values if v is not None]
         rows.append((method.name, [*values, sum(present) / len(present) if len(present) == len(values) else None]))
     note = "Exact match in %, L-Eval's scoring (Coursera: 0.25 for a proper subset of the correct options; SFiction: mean of loyalty and fact)."
-    return "### L-Eval (closed-ended)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n"
+    tests = long_context_tests(methods, tasks, header[1:-1], baseline)
+    return "### L-Eval (closed-ended)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n" + tests
 
 
-def zeroscrolls_section(methods: Sequence[Method]) -> str | None:
+def zeroscrolls_section(methods: Sequence[Method], baseline: str | None = None) -> str | None:
     tasks = suite_tasks(methods, "zeroscrolls", ZEROSCROLLS_TASKS)
     if not any(any(t in m.scores for t in tasks) for m in methods):
         return None
@@ -229,7 +287,8 @@ def zeroscrolls_section(methods: Sequence[Method]) -> str | None:
         "qasper, narrative_qa: token F1; quality: accuracy; all in %. "
         "† single reference per question (the local files keep one): not comparable to the official multi-reference scores."
     )
-    return "### ZeroSCROLLS (validation)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n"
+    tests = long_context_tests(methods, tasks, names, baseline)
+    return "### ZeroSCROLLS (validation)\n\n" + markdown_table(header, rows) + f"\n\n{note}\n" + tests
 
 
 def covered_tasks(methods: Sequence[Method], groups: Mapping[str, Sequence[int]]) -> set[str]:

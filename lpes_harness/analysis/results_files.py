@@ -3,7 +3,8 @@
 A method's scores are merged from its results JSON files (``lm_eval --output_path``; a folder is
 searched for ``results*.json``), with lm-eval's sample counts, the suites' subtasks as the results
 list them, the ``lpes_scales`` of its config, and, where the run logged samples
-(``--log_samples``), each position or multiple-choice subtask's per-sample scores.
+(``--log_samples``), each position or multiple-choice subtask's per-sample scores, and each
+long-context task's per-sample metrics (L-Eval, ZeroSCROLLS: their scores are not one 0/1 each).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lpes_harness.analysis.logged_samples import logged_scores
+from lpes_harness.analysis.logged_samples import logged_scores, sample_records
 from lpes_harness.analysis.search_history import ReportError
 from lpes_harness.methods import Method as TableMethod
 from lpes_harness.arg_values import parse_bool
@@ -26,6 +27,7 @@ from lpes_harness.tasks.suites.multiple_choice import SUITES
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
 MULTIPLE_CHOICE_SUITES = tuple(SUITES)
 MULTIPLE_CHOICE_PREFIXES = tuple(f"{suite}_" for suite in MULTIPLE_CHOICE_SUITES)  # their subject tasks
+LONG_CONTEXT_PREFIXES = ("leval_", "zeroscrolls_")
 # Metrics that are not scores: left out of the tables.
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 
@@ -62,6 +64,7 @@ class Method:
         self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
         self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
         self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
+        self.records: dict[str, dict[int, dict]] = {}  # long-context task -> doc_id -> its metrics (--log_samples)
         self.files: list[Path] = []  # the results files read, in order
         self.model: str | None = None  # lm-eval's model name (config "model"), and its --model_args
         self.model_args: dict[str, Any] = {}
@@ -131,6 +134,9 @@ class Method:
             # "within a point of vanilla" needs a paired interval over the same questions.
             metrics.update({t: "acc" for t in data["results"] if t.startswith(MULTIPLE_CHOICE_PREFIXES)})
             self.samples.update(logged_scores(file, metrics))
+            long_context = [t for t in data["results"] if t.startswith(LONG_CONTEXT_PREFIXES)]
+            for task, records in sample_records(file, long_context).items():
+                self.records[task] = {int(doc): record for doc, record in records.items()}
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
@@ -176,12 +182,22 @@ def load_methods(sources: Sequence[str]) -> list[Method]:
 def main_metric(method: Method, task: str) -> tuple[str, float] | None:
     """A task's headline metric (name, value): accuracy, exact match, F1, ZeroSCROLLS' ROUGE mean, else the first."""
     metrics = method.scores.get(task) or {}
-    for name in ("accuracy", "acc", "exact_match", "f1"):
-        if name in metrics:
-            return name, metrics[name]
-    if {"rouge1", "rouge2", "rougeL"} <= set(metrics):
+    columns = headline_columns(metrics)
+    if len(columns) == 1:
+        return columns[0], metrics[columns[0]]
+    if columns:
         return "rouge_gm", rouge_geometric_mean(metrics)
     return next(iter(metrics.items()), None)
+
+
+def headline_columns(metrics) -> tuple[str, ...]:
+    """The per-sample metrics a task's headline (:func:`main_metric`) is made from, in ``metrics``."""
+    for name in ("accuracy", "acc", "exact_match", "f1"):
+        if name in metrics:
+            return (name,)
+    if {"rouge1", "rouge2", "rougeL"} <= set(metrics):
+        return ("rouge1", "rouge2", "rougeL")
+    return ()
 
 
 def rouge_geometric_mean(metrics: Mapping[str, float]) -> float:

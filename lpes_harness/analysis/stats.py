@@ -9,12 +9,15 @@ difference" each discordant sample is a fair coin.
 - :func:`mcnemar_exact`: two-sided exact p of b gains against c losses.
 - :func:`compare_paired`: both, for two 0/1 vectors over the same samples, and
   :func:`paired_difference_interval`, the interval of their difference.
+- :func:`compare_paired_resampled`: the same question for a score that is not a mean of 0/1
+  (L-Eval's partial credit, ZeroSCROLLS' geometric mean of ROUGEs, an average over tasks): a
+  paired bootstrap interval and a paired permutation p.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 Z_95 = 1.959963984540054
 
@@ -95,6 +98,71 @@ def paired_difference_interval(gained: int, lost: int, n: int, z: float = Z_95) 
     difference = (gained - lost) / n
     half = z * math.sqrt(max((gained + lost) / n - difference**2, 0.0) / n)
     return max(difference - half, -1.0), min(difference + half, 1.0)
+
+
+# One task of a paired comparison: the method's and the baseline's per-sample metrics, one row per
+# sample in the same order (n, k), and the task's score from its k column means (any leading shape).
+Stratum = tuple["np.ndarray", "np.ndarray", Callable[["np.ndarray"], "np.ndarray"]]
+RESAMPLES = 10_000
+
+
+def compare_paired_resampled(strata: Sequence[Stratum], resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """A method against a baseline on the same samples, for a score made from per-sample metrics.
+
+    The score is the mean over ``strata`` (tasks) of each task's score, computed from its column
+    means: the mean itself for exact match or F1, ZeroSCROLLS' geometric mean of the three mean
+    ROUGEs for a summary. Neither a Wald interval nor McNemar fits such a score, so:
+
+    - interval: paired bootstrap, the samples of each task drawn with replacement, the same draw
+      for both rows (the 2.5 and 97.5 percentiles of the resampled differences);
+    - p: paired permutation, each sample's two rows swapped with probability 1/2 (under "no
+      difference" the labels are exchangeable), two-sided, ``(count + 1) / (resamples + 1)``.
+
+    ``better``/``worse`` count the samples whose own score (the task's score of that one row) the
+    method raises or lowers. Seeded: the same inputs give the same interval and p.
+    """
+    import numpy as np
+
+    if not strata:
+        raise ValueError("no tasks to compare")
+    rng = np.random.default_rng(seed)
+    observed, baseline_value, draws, flips = 0.0, 0.0, np.zeros(resamples), np.zeros(resamples)
+    n = better = worse = 0
+    for method, baseline, score in strata:
+        method, baseline = np.asarray(method, dtype=float), np.asarray(baseline, dtype=float)
+        if method.shape != baseline.shape or method.ndim != 2 or not len(method):
+            raise ValueError(f"paired samples need equal, non-empty (n, k) arrays, got {method.shape} and {baseline.shape}")
+        size = len(method)
+        n += size
+        mine, theirs = float(score(method.mean(axis=0))), float(score(baseline.mean(axis=0)))
+        observed += (mine - theirs) / len(strata)
+        baseline_value += theirs / len(strata)
+        own = score(method[:, None, :]) - score(baseline[:, None, :])  # each sample alone, as a task of one
+        better, worse = better + int((own > 0).sum()), worse + int((own < 0).sum())
+        index = rng.integers(0, size, size=(resamples, size))
+        draws += (score(method[index].mean(axis=1)) - score(baseline[index].mean(axis=1))) / len(strata)
+        swap = rng.random((resamples, size))[..., None] < 0.5
+        a, b = np.where(swap, baseline, method), np.where(swap, method, baseline)
+        flips += (score(a.mean(axis=1)) - score(b.mean(axis=1))) / len(strata)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    extreme = int((np.abs(flips) >= abs(observed) - 1e-12).sum())
+    return {
+        "n": n, "value": baseline_value + observed, "baseline_value": baseline_value, "difference": observed,
+        "difference_interval": (float(low), float(high)), "better": better, "worse": worse,
+        "p": (extreme + 1) / (resamples + 1), "resamples": resamples,
+    }
+
+
+def mean_score(means):
+    """A task scored by its one metric's mean (exact match, F1, accuracy)."""
+    return means[..., 0]
+
+
+def geometric_mean_score(means):
+    """ZeroSCROLLS' summary score: the geometric mean of the mean ROUGE-1, -2 and -L (negatives as 0)."""
+    import numpy as np
+
+    return np.cbrt(np.prod(np.clip(means, 0.0, None), axis=-1))
 
 
 def accuracy_with_interval(values: Sequence[float]) -> dict:
