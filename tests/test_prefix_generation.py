@@ -24,6 +24,7 @@ PROMPTS = [
     (DOCUMENT + "Q: when? A:", {"until": ["\n\n"], "max_gen_toks": 20}),
     (DOCUMENT, GREEDY),
     (DOCUMENT + "Q: who jumps? A:", {"max_gen_toks": 5}),
+    (DOCUMENT + "Q: why? A:", {"until": ["?"], "max_length": 240}),  # HFLM lets max_length win over max_gen_toks
 ]
 
 

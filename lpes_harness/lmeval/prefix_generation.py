@@ -80,11 +80,10 @@ def generate_sharing_prefixes(lm, requests: Sequence, disable_tqdm: bool = False
             if cache.get_seq_length() > keep:
                 cache.crop(keep - cache.get_seq_length())  # a negative count: the tokens to drop
             previous = context
-            ids = ids.to(lm.device)
-            out = lm._model_generate(
-                context=ids, attention_mask=torch.ones_like(ids), stop=until,
-                max_length=ids.shape[1] + max_gen_toks, **{cache_keyword(lm.model): cache}, **dict(kwargs),
-            )
+            ids, kwargs = ids.to(lm.device), dict(kwargs)
+            max_length = kwargs.pop("max_length", ids.shape[1] + max_gen_toks)  # HFLM's: a given one wins
+            out = lm._model_generate(context=ids, attention_mask=torch.ones_like(ids), stop=until, max_length=max_length,
+                                     **{cache_keyword(lm.model): cache}, **kwargs)
             text = postprocess_generated_text(generation=lm.tok_decode(out[0, ids.shape[1]:].tolist()), stop=until,
                                               think_end_token=None)
             results[index] = text
