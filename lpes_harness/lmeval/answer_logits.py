@@ -319,18 +319,29 @@ def shared_token_fraction(lm, contexts: Sequence[str]) -> float:
     encoded = sorted({tuple(lm.tok_encode(context)) for context in contexts})
     run, previous = 0, ()
     for tokens in encoded:
-        run += len(tokens) - min(common_prefix(previous, tokens), len(tokens) - 1)
+        run += len(tokens) - min(_common_prefix(previous, tokens), len(tokens) - 1)
         previous = tokens
     return run / max(1, sum(map(len, encoded)))
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     length = 0
     for x, y in zip(a, b):
         if x != y:
             break
         length += 1
     return length
+
+
+def cut_back(cache, previous: Sequence[int], context: Sequence[int]) -> int:
+    """Cut ``cache`` (holding ``previous`` and perhaps more) back to what ``context`` can reuse; its new length.
+
+    At most what the cache holds (after several answers, all of the previous context but its last
+    token), and never all of ``context``: its last token runs, so there are logits to read."""
+    keep = min(_common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
+    if cache.get_seq_length() > keep:
+        cache.crop(keep - cache.get_seq_length())  # a negative count: the tokens to drop
+    return keep
 
 
 @torch.inference_mode()
@@ -355,10 +366,7 @@ def _score_sharing_prefixes(lm, groups: list[tuple[list[int], list[list[int]]]],
         if not _fits_shared(lm, context, answers):
             results[index] = _score_context(lm, context, answers)  # lm-eval's left truncation, scored alone
             continue
-        # At most what the cache holds of the previous context: after several answers, all of it but its last token.
-        keep = min(common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
-        if cache.get_seq_length() > keep:
-            cache.crop(keep - cache.get_seq_length())
+        keep = cut_back(cache, previous, context)
         previous = context
         if len(answers) == 1:  # the rest of the context and the answer in one forward, as _score_alone
             answer = answers[0]

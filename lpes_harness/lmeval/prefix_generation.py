@@ -29,7 +29,7 @@ import torch
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm import tqdm
 
-from lpes_harness.lmeval.answer_logits import common_prefix, prefix_cache
+from lpes_harness.lmeval.answer_logits import cut_back, prefix_cache
 from lpes_harness.models import cache_keyword
 
 
@@ -38,10 +38,10 @@ def _greedy(kwargs: dict) -> bool:
     return not kwargs.get("do_sample") and not kwargs.get("temperature") and kwargs.get("num_beams", 1) == 1
 
 
-def _prepared(lm, context: str, gen_kwargs: dict) -> tuple[torch.Tensor, list[str], int, dict]:
+def _prepared(lm, context: str, gen_kwargs: dict, eos: str) -> tuple[torch.Tensor, list[str], int, dict]:
     """HFLM's per-batch preparation for one prompt: its tokens, stop sequences, max new tokens, the rest."""
     kwargs = normalize_gen_kwargs(gen_kwargs, lm.max_gen_toks)
-    until = handle_stop_sequences(kwargs.pop("until", None), eos=lm.tok_decode(lm.eot_token_id, skip_special_tokens=False))
+    until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
     max_gen_toks = kwargs.pop("max_gen_toks")
     if lm.max_length - max_gen_toks <= 0:
         raise ValueError(f"max_gen_toks ({max_gen_toks}) must be less than the model's max_length ({lm.max_length})")
@@ -66,7 +66,8 @@ def generate_sharing_prefixes(lm, requests: Sequence, disable_tqdm: bool = False
     """``lm.generate_until(requests)``, prompt prefixes shared on one KV cache (check :func:`why_not_shared` first)."""
     arguments = [tuple(request.args) for request in requests]
     cache = prefix_cache(lm)
-    prepared = [_prepared(lm, context, dict(gen_kwargs)) for context, gen_kwargs in arguments]
+    eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
+    prepared = [_prepared(lm, context, dict(gen_kwargs), eos) for context, gen_kwargs in arguments]
     tokens = [ids[0].tolist() for ids, *_ in prepared]
     results: list[str | None] = [None] * len(arguments)
     previous: list[int] = []
@@ -75,10 +76,7 @@ def generate_sharing_prefixes(lm, requests: Sequence, disable_tqdm: bool = False
         for index in sorted(range(len(arguments)), key=lambda i: tokens[i]):
             ids, until, max_gen_toks, kwargs = prepared[index]
             context = tokens[index]
-            # At most what the cache holds; at least the prompt's last token runs, so generate has logits to start from.
-            keep = min(common_prefix(previous, context), len(context) - 1, cache.get_seq_length())
-            if cache.get_seq_length() > keep:
-                cache.crop(keep - cache.get_seq_length())  # a negative count: the tokens to drop
+            cut_back(cache, previous, context)  # generate then runs only the rest of the prompt
             previous = context
             ids, kwargs = ids.to(lm.device), dict(kwargs)
             max_length = kwargs.pop("max_length", ids.shape[1] + max_gen_toks)  # HFLM's: a given one wins
