@@ -1,0 +1,134 @@
+"""``lpes_hf``'s greedy generation: HFLM's path against ``prefix_cache=true``, side by side, on L-Eval.
+
+    python benchmarks/prefix_generation.py --task leval_tpo --documents 2 --questions 4 --dtype float32 --threads 2
+
+One model load (``lpes_hf`` at batch size 1, ``--scales`` if given). The requests are lm-eval's
+own: the task's ``build_all_requests``, kept for the first ``--questions`` questions of each of
+its first ``--documents`` texts (L-Eval asks 5 to 50 questions of each text, and every question's
+prompt repeats it; the task orders them round-robin over the texts, so ``--limit`` would ask one
+question of each; from ``LPES_DATA``). Each repeat generates them all by
+
+- ``each whole``: HFLM's ``generate_until``, ``lpes_hf``'s default (every prompt through the
+  whole decoder);
+- ``shared prefixes``: ``prefix_cache=true`` (the prompts in lexicographic order on one KV cache,
+  cut back to what the next one shares; :mod:`lpes_harness.lmeval.prefix_generation`).
+
+The two alternate, the order reversed on every other repeat, so load on a shared machine hits
+them alike. The table gives the median seconds per repeat, the ratio, and the tokens the decoder
+ran (prompt tokens and one per generated token); the last line says whether the continuations
+agree (identical text), as the card's L-Eval rows need them to.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+
+METHODS = ("each whole", "shared prefixes")
+
+FLAGS = (  # flag, type, default, help
+    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
+    ("--scales", str, None, "lpes_hf scales (a file or a number); default none (vanilla)"),
+    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
+    ("--dtype", str, "float32", "model dtype"),
+    ("--task", str, "leval_tpo", "a generate_until task (L-Eval: leval_coursera, leval_quality, leval_tpo, leval_sci_fi)"),
+    ("--documents", int, 2, "the task's first texts"),
+    ("--questions", int, 4, "the first questions of each text (SFiction asks each twice: with the text and without)"),
+    ("--repeats", int, 1, "interleaved repeats of the two paths"),
+    *RUN_FLAGS,
+)
+
+
+def parse_args(argv):
+    return parse_flags(__doc__.split("\n\n")[0], FLAGS, argv, positive=("--documents", "--questions", "--repeats"))
+
+
+def task_requests(name: str, documents: int, questions: int) -> list:
+    """lm-eval's generate_until instances for the first ``questions`` questions of the first ``documents`` texts."""
+    from lm_eval.tasks import TaskManager
+
+    task = TaskManager().load([name])["tasks"][name]
+    if task.OUTPUT_TYPE != "generate_until":
+        raise ValueError(f"--task {name}: its requests are {task.OUTPUT_TYPE}, not generate_until")
+    task.build_all_requests(rank=0, world_size=1)
+    if not all({"doc_index", "question_index"} <= set(instance.doc) for instance in task.instances):
+        raise ValueError(f"--task {name}: its docs do not say which text they ask about (doc_index, question_index: "
+                         "the L-Eval tasks do)")
+    return [instance for instance in task.instances
+            if instance.doc["doc_index"] < documents and instance.doc["question_index"] < questions]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from lm_eval.models.huggingface import HFLM
+
+    from lpes_harness.files import atomic_write_json
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, why_not_shared
+
+    try:  # before the model load: a wrong task should not cost a minute
+        requests = task_requests(args.task, args.documents, args.questions)
+    except KeyError:
+        sys.exit(f"--task {args.task!r}: no such task (lm_eval ls tasks lists them)")
+    except ValueError as error:
+        sys.exit(str(error))
+    extra = {"scales": args.scales} if args.scales else {}
+    lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=1, **extra)
+    reason = why_not_shared(lm, requests)
+    if reason is not None:
+        sys.exit(f"prefix_cache cannot share these prompts on this model: {reason}")
+    device = torch.device(lm.device)
+    tokens = []
+    hook = lm.model.get_decoder().register_forward_pre_hook(
+        lambda module, a, kw: tokens.append((a[0] if a else kw["input_ids"]).numel()), with_kwargs=True)
+
+    # The two implementations LPESLM.generate_until chooses between by `prefix_cache`.
+    paths = {"each whole": lambda: HFLM.generate_until(lm, requests, disable_tqdm=True),
+             "shared prefixes": lambda: generate_sharing_prefixes(lm, requests, disable_tqdm=True)}
+
+    def run(method):
+        tokens.clear()
+        return paths[method](), sum(tokens)
+
+    seconds = {method: [] for method in METHODS}
+    results = {}
+    for repeat in range(args.repeats):
+        for method in METHODS if repeat % 2 == 0 else METHODS[::-1]:
+            elapsed, results[method] = timed(lambda: run(method), device)
+            seconds[method].append(elapsed)
+        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    hook.remove()
+
+    rows = {method: {"median_s": statistics.median(seconds[method]), "tokens": results[method][1]} for method in METHODS}
+    whole, shared = results["each whole"][0], results["shared prefixes"][0]
+    same = sum(a == b for a, b in zip(whole, shared))
+    prompt_tokens = sum(len(lm.tok_encode(request.args[0])) for request in requests)
+
+    print(f"lpes_hf generate_until on {len(requests)} requests of {args.task} ({prompt_tokens} prompt tokens before "
+          f"truncation), scales {args.scales or 1}, {args.dtype}, batch 1, {torch.get_num_threads()} thread(s), "
+          f"{args.repeats} repeat(s)")
+    print(f"{'method':<15} {'s / repeat':>10} {'vs each whole':>14} {'tokens run':>11}")
+    for method in METHODS:
+        row = rows[method]
+        print(f"{method:<15} {row['median_s']:>10.2f} {row['median_s'] / rows['each whole']['median_s']:>13.3f}x "
+              f"{row['tokens']:>11}")
+    print(f"shared prefixes / each whole: {rows['shared prefixes']['median_s'] / rows['each whole']['median_s']:.3f}x "
+          f"the time, {rows['shared prefixes']['tokens'] / rows['each whole']['tokens']:.3f}x the tokens; "
+          f"agreement: {same}/{len(whole)} identical continuations")
+    if args.json:
+        atomic_write_json(args.json, {
+            "pretrained": args.pretrained, "scales": args.scales, "dtype": args.dtype, "task": args.task,
+            "threads": torch.get_num_threads(), "requests": len(requests), "prompt_tokens": prompt_tokens,
+            "repeats": args.repeats, "seconds": seconds, "methods": rows,
+            "agreement": {"identical": same, "continuations": len(whole)}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

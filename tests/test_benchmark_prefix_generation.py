@@ -1,0 +1,43 @@
+"""benchmarks/prefix_generation.py: L-Eval questions of one text generated whole and sharing the text, side by side."""
+
+import json
+
+import pytest
+from conftest import SHARED_DATA
+from conftest import load_benchmark as load
+
+needs_data = pytest.mark.skipif(not (SHARED_DATA / "leval").is_dir(), reason="shared data not present")
+
+
+def test_refuses_no_documents(capsys):
+    with pytest.raises(SystemExit):
+        load("prefix_generation").parse_args(["--documents", "0"])
+    assert "--documents and --questions and --repeats must be at least 1" in capsys.readouterr().err
+
+
+@needs_data
+def test_refuses_a_task_that_does_not_generate(monkeypatch):
+    monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
+    with pytest.raises(SystemExit, match="its requests are multiple_choice, not generate_until"):
+        load("prefix_generation").main(["--task", "mmlu_continuation_local_high_school_physics"])
+
+
+@needs_data
+def test_keeps_the_first_questions_of_the_first_texts(monkeypatch):
+    monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
+    requests = load("prefix_generation").task_requests("leval_tpo", 2, 3)
+    assert sorted((r.doc["doc_index"], r.doc["question_index"]) for r in requests) == [
+        (d, q) for d in range(2) for q in range(3)]
+
+
+@needs_data
+@pytest.mark.slow
+def test_both_paths_agree_and_sharing_runs_fewer_tokens_on_the_bundled_model(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
+    out = tmp_path / "bench.json"
+    assert load("prefix_generation").main(["--documents", "1", "--questions", "2", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert found["agreement"] == {"identical": 2, "continuations": 2}
+    # the second prompt runs only what follows the text it shares with the first
+    assert found["methods"]["shared prefixes"]["tokens"] < 0.7 * found["methods"]["each whole"]["tokens"]
+    assert "shared prefixes / each whole" in capsys.readouterr().out
