@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     if args.json:
         atomic_write_json(args.json, {
             "pretrained": args.pretrained, "scales": args.scales, "dtype": args.dtype, "task": args.task,
-            "threads": torch.get_num_threads(), "requests": len(requests), "prompt_tokens": prompt_tokens,
+            "documents": args.documents, "questions": args.questions, "threads": torch.get_num_threads(), "requests": len(requests), "prompt_tokens": prompt_tokens,
             "repeats": args.repeats, "seconds": seconds, "methods": rows,
             "agreement": {"identical": same, "continuations": len(whole)}})
     return 0

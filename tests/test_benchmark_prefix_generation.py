@@ -37,6 +37,7 @@ def test_both_paths_agree_and_sharing_runs_fewer_tokens_on_the_bundled_model(mon
     out = tmp_path / "bench.json"
     assert load("prefix_generation").main(["--documents", "1", "--questions", "2", "--json", str(out)]) == 0
     found = json.loads(out.read_text())
+    assert (found["documents"], found["questions"], found["requests"]) == (1, 2, 2)
     assert found["agreement"] == {"identical": 2, "continuations": 2}
     # the second prompt runs only what follows the text it shares with the first
     assert found["methods"]["shared prefixes"]["tokens"] < 0.7 * found["methods"]["each whole"]["tokens"]
