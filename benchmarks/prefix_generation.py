@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, DecoderTokens, parse_flags, timed  # this folder: on sys.path when run as a script
 
 METHODS = ("each whole", "shared prefixes")
 
@@ -84,17 +84,15 @@ def main(argv=None) -> int:
     if reason is not None:
         sys.exit(f"prefix_cache cannot share these prompts on this model: {reason}")
     device = torch.device(lm.device)
-    tokens = []
-    hook = lm.model.get_decoder().register_forward_pre_hook(
-        lambda module, a, kw: tokens.append((a[0] if a else kw["input_ids"]).numel()), with_kwargs=True)
+    tokens = DecoderTokens(lm.model)
 
     # The two implementations LPESLM.generate_until chooses between by `prefix_cache`.
     paths = {"each whole": lambda: HFLM.generate_until(lm, requests, disable_tqdm=True),
              "shared prefixes": lambda: generate_sharing_prefixes(lm, requests, disable_tqdm=True)}
 
     def run(method):
-        tokens.clear()
-        return paths[method](), sum(tokens)
+        tokens.count = 0
+        return paths[method](), tokens.count
 
     seconds = {method: [] for method in METHODS}
     results = {}
@@ -103,7 +101,7 @@ def main(argv=None) -> int:
             elapsed, results[method] = timed(lambda: run(method), device)
             seconds[method].append(elapsed)
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
-    hook.remove()
+    tokens.remove()
 
     rows = {method: {"median_s": statistics.median(seconds[method]), "tokens": results[method][1]} for method in METHODS}
     whole, shared = results["each whole"][0], results["shared prefixes"][0]
@@ -124,7 +122,8 @@ def main(argv=None) -> int:
     if args.json:
         atomic_write_json(args.json, {
             "pretrained": args.pretrained, "scales": args.scales, "dtype": args.dtype, "task": args.task,
-            "documents": args.documents, "questions": args.questions, "threads": torch.get_num_threads(), "requests": len(requests), "prompt_tokens": prompt_tokens,
+            "documents": args.documents, "questions": args.questions, "threads": torch.get_num_threads(),
+            "requests": len(requests), "prompt_tokens": prompt_tokens,
             "repeats": args.repeats, "seconds": seconds, "methods": rows,
             "agreement": {"identical": same, "continuations": len(whole)}})
     return 0

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, DecoderTokens, parse_flags, timed  # this folder: on sys.path when run as a script
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("each alone", "shared")
@@ -72,14 +72,12 @@ def main(argv=None) -> int:
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, scales=scales)
     samples = sample_prompts(lm, args.samples)
     device = torch.device(lm.device)
-    tokens = []
-    hook = lm.model.get_decoder().register_forward_pre_hook(
-        lambda module, a, kw: tokens.append((a[0] if a else kw["input_ids"]).numel()), with_kwargs=True)
+    tokens = DecoderTokens(lm.model)
 
     def run(method, pairs):
-        tokens.clear()
+        tokens.count = 0
         scores = score_answers(lm, pairs, share_prefixes=method == "shared")
-        return [(s.logprob, s.is_greedy) for s in scores], sum(tokens)
+        return [(s.logprob, s.is_greedy) for s in scores], tokens.count
 
     for method in METHODS:  # warm-up of both paths on the first sample
         run(method, samples[0])
@@ -92,7 +90,7 @@ def main(argv=None) -> int:
                 elapsed, results[method][index] = timed(lambda: run(method, pairs), device)
                 seconds[method][index].append(elapsed)
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
-    hook.remove()
+    tokens.remove()
 
     per_sample = {method: [statistics.median(times) for times in seconds[method]] for method in METHODS}
     base = per_sample["each alone"]

@@ -38,3 +38,17 @@ def timed(function, device) -> tuple[float, object]:
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start, result
+
+
+class DecoderTokens:
+    """The tokens a model's decoder runs while installed: every prompt token it is given, and one per generated token."""
+
+    def __init__(self, model):
+        self.count = 0
+        self._handle = model.get_decoder().register_forward_pre_hook(self._add, with_kwargs=True)
+
+    def _add(self, module, args, kwargs):
+        self.count += (args[0] if args else kwargs["input_ids"]).numel()
+
+    def remove(self) -> None:
+        self._handle.remove()
