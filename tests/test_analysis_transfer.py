@@ -26,7 +26,10 @@ def test_the_condition_becomes_a_paired_command_line(tmp_path):
     assert "--batch-size" not in argv  # paired's own default, one prompt a forward
     argv = transfer.paired_argv({"num_sentences": 10}, ["a=s.json"], num_samples=5, seed=None, dtype=None,
                                 pretrained=None, output=tmp_path, batch_size="10")
-    assert argv[argv.index("--batch-size") + 1] == "10"
+    assert argv[argv.index("--batch-size") + 1] == "10" and "--baseline" not in argv
+    argv = transfer.paired_argv({}, ["a=s.json"], num_samples=5, seed=None, dtype=None, pretrained=None,
+                                output=tmp_path, baselines=["B=buckets_hf:bases=0.5;1.0", "mspoe_hf"])
+    assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--baseline"] == ["B=buckets_hf:bases=0.5;1.0", "mspoe_hf"]
 
 
 def heldout(vanilla, lpes):
@@ -53,15 +56,29 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
     scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
     out = tmp_path / "transfer"
     transfer.main(["--scales", f"a={scales}", "--pretrained", str(checkpoint), "--num-samples", "1", "--seed", "3",
+                   "--baseline", "Buckets=buckets_hf:bases=0.5;1.0",
                    "--condition", 'short={"task": "needle", "num_sentences": 4}',
                    "--condition", 'longer={"task": "needle", "num_sentences": 8}', "--output", str(out)])
     table = json.loads((out / "transfer.json").read_text())
-    assert [(r["condition"], r["method"], r["n"]) for r in table] == [("short", "LPES a", 5), ("longer", "LPES a", 5)]
-    assert table[1]["metadata"] == {"num_sentences": 8, "seed": 3}
+    assert [(r["condition"], r["method"], r["n"]) for r in table] == [
+        ("short", "LPES a", 5), ("short", "Buckets", 5), ("longer", "LPES a", 5), ("longer", "Buckets", 5)]
+    assert table[2]["metadata"] == {"num_sentences": 8, "seed": 3}
     assert (out / "transfer.png").stat().st_size > 0 and (out / "longer" / "heldout.json").exists()
-    (pooled,) = json.loads((out / "pooled.json").read_text())["results"]
-    assert (pooled["row"], pooled["against"], pooled["n"]) == ("LPES a", "vanilla", 10)
-    assert pooled["gained"] - pooled["lost"] == sum(round(r["difference"] * r["n"]) for r in table)
+    pooled, buckets = json.loads((out / "pooled.json").read_text())["results"]
+    assert (pooled["row"], pooled["against"], pooled["n"]) == ("LPES a", "vanilla", 10) and buckets["row"] == "Buckets"
+    assert pooled["gained"] - pooled["lost"] == sum(round(r["difference"] * r["n"]) for r in table if r["method"] == "LPES a")
+
+
+@pytest.mark.parametrize("baselines, message", [
+    (["no_such_model"], "not a registered lm-eval model"),
+    (["B=buckets_hf", "B=mspoe_hf"], "same name"),
+])
+def test_a_bad_baseline_stops_before_any_condition_is_scored(tmp_path, capsys, baselines, message):
+    out = tmp_path / "transfer"
+    with pytest.raises(SystemExit) as stopped:
+        transfer.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--output", str(out),
+                       *[arg for spec in baselines for arg in ("--baseline", spec)]])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err and not out.exists()
 
 
 @pytest.mark.parametrize("condition, message", [

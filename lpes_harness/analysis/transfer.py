@@ -6,8 +6,8 @@
 
 A condition (:mod:`lpes_harness.analysis.conditions`) is a name and a JSON object of task options
 (``--metadata`` keys), plus two keys of its own: ``task`` (another registered position task;
-default multi_needle) and ``chat_template`` (on / off / auto). For each condition, vanilla and every curve are scored on
-the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
+default multi_needle) and ``chat_template`` (on / off / auto). For each condition, vanilla, every curve and every
+``--baseline`` model (Attention Buckets, Ms-PoE, MoICE, ...) are scored on the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
 and the table gives, per condition and curve, the average with its 95 % interval, the paired
 difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
 and the worst position before and after; with several conditions, ``OUTPUT/pooled.{md,json}``
@@ -28,7 +28,7 @@ from lpes_harness.analysis.conditions import parse_condition, slug, task_metadat
 from lpes_harness.analysis.stats import format_p, paired_difference_interval
 
 def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
-                pretrained: str | None, output: Path, batch_size="1") -> list[str]:
+                pretrained: str | None, output: Path, batch_size="1", baselines: Sequence[str] = ()) -> list[str]:
     """The ``analysis.paired`` command line of one condition."""
     metadata = task_metadata(options)
     if seed is not None:
@@ -37,6 +37,7 @@ def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, se
             "--metadata", json.dumps(metadata), "--chat-template", options.get("chat_template", "auto"),
             "--output", str(output)]
     argv += [arg for spec in scales for arg in ("--scales", spec)]
+    argv += [arg for spec in baselines for arg in ("--baseline", spec)]
     argv += ["--dtype", dtype] if dtype else []
     argv += ["--pretrained", pretrained] if pretrained else []
     argv += ["--batch-size", str(batch_size)] if str(batch_size) != "1" else []
@@ -120,6 +121,9 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", action="append", required=True, metavar="NAME=FILE",
                         help="a searched curve (scales.json); repeatable")
+    parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]MODEL[:ARGS]",
+                        help="another lm-eval model as a row of every condition, as analysis.paired's --baseline "
+                             "(e.g. a tuned Attention Buckets: 'Buckets tuned=buckets_hf:bases=0.5;1.0;1.5'); repeatable")
     parser.add_argument("--condition", action="append", required=True, metavar="NAME=JSON",
                         help="a condition: task options as JSON, plus 'task' and 'chat_template'; repeatable")
     parser.add_argument("--num-samples", type=int, default=100, help="held-out samples per position (default 100)")
@@ -139,6 +143,14 @@ def main(argv=None) -> None:
         parser.error("two conditions share a name (after lower-casing and dropping punctuation)")
     if args.num_samples < 1:
         parser.error(f"--num-samples must be >= 1, got {args.num_samples}")
+    from lpes_harness.analysis.baseline_rows import parse_baseline
+
+    try:  # a misspelt model stops here, not after the first condition's hours of scoring
+        names = [parse_baseline(text)[0] for text in args.baseline]
+    except ValueError as err:
+        parser.error(str(err))
+    if len(set(names)) != len(names):
+        parser.error("two --baseline rows have the same name; name each NAME=MODEL[:ARGS]")
     from lpes_harness.tasks.data import TaskDataError
     from lpes_harness.tasks.position import resolve_options, resolve_task
 
@@ -156,7 +168,8 @@ def main(argv=None) -> None:
         folder = output / slug(name)
         print(f"== {name}: {folder}", flush=True)
         paired.main(paired_argv(options, args.scales, num_samples=args.num_samples, seed=args.seed, dtype=args.dtype,
-                                pretrained=args.pretrained, output=folder, batch_size=args.batch_size))
+                                pretrained=args.pretrained, output=folder, batch_size=args.batch_size,
+                                baselines=args.baseline))
         table += rows(name, json.loads((folder / "heldout.json").read_text(encoding="utf-8")))
     from lpes_harness.files import atomic_write_json, atomic_write_text
 
