@@ -31,12 +31,14 @@ def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[f
                scaling: str = "position") -> None:
     """The curve, its control points and each layer's scale (``scaling``: what the scales multiply).
 
-    Scaling both (a spec with a base curve): two panels, the position curve over the base curve."""
+    Scaling both (a spec with a base curve): two panels, the position curve over the base curve.
+    ``genome`` None: a uniform factor (no control points), the layer scales alone."""
     if spec.both:
         figure = _figure(figsize=(7, 6.5))
         top, bottom = figure.subplots(2, 1, sharex=True)
         half_scales = (scales[:spec.num_layers], scales[spec.num_layers:])
-        for axes, half, points, values, kind in zip((top, bottom), spec.halves(), spec.split(genome), half_scales,
+        halves_points = spec.split(genome) if genome is not None else (None, None)
+        for axes, half, points, values, kind in zip((top, bottom), spec.halves(), halves_points, half_scales,
                                                      ("position", "base")):
             _draw_curve(axes, half, points, values, kind)
         top.set_xlabel("")
@@ -56,11 +58,13 @@ def _draw_curve(axes, spec, genome, scales, scaling: str) -> None:
 
     from lpes_harness.curves import bezier_eval, layer_positions
 
-    points = np.asarray(genome, dtype=float)
     layers = np.arange(len(scales))
-    if spec.brute_force:
+    if genome is None:  # a uniform factor has no curve: every layer the same
+        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one factor, every layer)")
+    elif spec.brute_force:
         axes.plot(layers, scales, "o-", ms=4, label="layer scales (one gene per layer)")
     else:
+        points = np.asarray(genome, dtype=float)
         x_layers = layer_positions(points, spec.num_layers)
         if spec.curve == "bezier":
             dense = bezier_eval(points, np.linspace(0, 1, 400))
@@ -72,7 +76,7 @@ def _draw_curve(axes, spec, genome, scales, scaling: str) -> None:
             axes.plot(x_layers, scales, "-", label=f"{spec.curve} curve")
         axes.plot(points[:, 0], points[:, 1], "s", ms=7, color="tab:red", label="control points")
         axes.plot(x_layers, scales, "o", ms=4, color="black", label="layer scales")
-    if spec.brute_force:
+    if genome is None or spec.brute_force:
         axes.set_xlabel("layer")
     else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
         axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")

@@ -335,3 +335,32 @@ def test_another_task_searches_alone_unless_its_own_conditions_are_given(capsys)
     assert args.conditions == [] and "searching kv_retrieval alone" in capsys.readouterr().err
     args = parse_args(["--task", "kv_retrieval", "--condition", 'five={"num_pairs": 5}', "--condition", 'ten={"num_pairs": 10}'])
     assert [c.metadata for c in args.conditions] == [{"num_pairs": 5}, {"num_pairs": 10}]
+
+
+@pytest.mark.parametrize("kind", ["uniform", "curve"])
+def test_curve_png_is_redrawn_as_the_runs_chosen_curve(tmp_path, monkeypatch, kind):
+    """During the search curve.png is each generation's best; the run ends with it showing what the
+    validation chose, a uniform factor drawn as flat layer scales with the one-line verdict."""
+    from lpes_harness import plots
+    from lpes_harness.search import GenomeSpec
+    from lpes_harness.search.final_choice import plot_chosen
+    from lpes_harness.search.genome import initial_genome
+    from lpes_harness.search.selection import NO_CURVE_WON, Candidate
+
+    spec = GenomeSpec(num_layers=6, num_points=4, base_y_min=0.5, base_y_max=8.0, base_y_step=0.25)
+    genome = initial_genome(spec)
+    chosen = (Candidate("uniform base 4.5", spec.uniform_pair(base=4.5), "uniform") if kind == "uniform"
+              else Candidate("LPES #3", spec.scales(genome), "curve", genome=genome))
+    drawn = []
+    monkeypatch.setattr(plots, "plot_curve", lambda path, spec, genome, scales, title, scaling:
+                        drawn.append((path.name, genome, list(scales), title)))
+    plot_chosen(tmp_path, chosen, spec, "both", validated=True)
+    (name, drawn_genome, scales, title), = drawn
+    assert name == "curve.png" and scales == chosen.scales and "chosen on the validation split" in title
+    if kind == "uniform":
+        assert drawn_genome is None and "uniform base 4.5 (PI)\n" in title and NO_CURVE_WON in title
+    else:
+        assert drawn_genome == genome and "LPES (LPES #3)" in title and NO_CURVE_WON not in title
+    monkeypatch.undo()  # and the real plot draws both kinds, a uniform factor without control points
+    plot_chosen(tmp_path, chosen, spec, "both", validated=False)
+    assert (tmp_path / "curve.png").stat().st_size > 0

@@ -240,6 +240,7 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
         if chosen.is_uniform:
             print(f"the search's best is a uniform factor: {NO_CURVE_WON}", flush=True)
     _write_chosen(output, chosen, spec, args, model, validated=bool(args.validation_samples))
+    plot_chosen(output, chosen, spec, args.scaling, validated=bool(args.validation_samples))
     result["chosen"] = {"label": chosen.label, "kind": chosen.kind, "row": row_name(chosen.label, chosen.kind),
                         "search_fitness": chosen.search_fitness}
     forwards["total"] = sum(forwards.values())
@@ -264,6 +265,21 @@ def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, valid
                       label=chosen.label, row=row_name(chosen.label, chosen.kind),
                       chosen_by="validation split" if validated else "search fitness",
                       fitness=chosen.search_fitness, model=model, dtype=args.dtype_chosen, **extra)
+
+
+def plot_chosen(output: Path, chosen: Candidate, spec, scaling: str, validated: bool) -> None:
+    """``curve.png`` redrawn as the run's curve: during the search it showed each generation's best,
+    which the validation may not have chosen (a uniform factor has no control points to draw)."""
+    from lpes_harness.plots import plot_curve
+
+    genome = None if chosen.is_uniform or not chosen.genome else chosen.genome
+    how = "chosen on the validation split" if validated else "the search's best"
+    title = f"the run's curve, {how}: {row_name(chosen.label, chosen.kind)}"
+    if chosen.label not in title:  # "LPES (LPES #14)": which individual; a uniform row already names its factor
+        title += f" ({chosen.label})"
+    if chosen.is_uniform:
+        title += f"\n{NO_CURVE_WON}"
+    plot_curve(output / "curve.png", spec, genome, chosen.scales, title=title, scaling=scaling)
 
 
 def heldout_methods(args, spec, chosen: Candidate, sweep: dict | None, uniform: dict | None) -> dict:

@@ -9,7 +9,8 @@ Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
 - ``config.json``       every setting of the run, and the command line;
 - ``history.jsonl``     every individual: genome, scales, per-position scores, fitness, time;
 - ``generations.jsonl`` best / mean fitness and smoothness per generation;
-- ``curve.png``, ``fitness.png``;
+- ``curve.png``          the best curve after each generation, and at the end the run's curve (the
+                        validation's choice, which may be a uniform factor); ``fitness.png``;
 - ``checkpoint.json``   the full search state at every generation's end, and ``checkpoint.jsonl``
                         one line per individual since (``--resume`` reads both);
 - ``sweep.json``        the uniform sweep, and while it runs ``sweep.jsonl``, one line per point.
