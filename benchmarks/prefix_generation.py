@@ -17,6 +17,13 @@ The two alternate, the order reversed on every other repeat, so load on a shared
 them alike. The table gives the median seconds per repeat, the ratio, and the tokens the decoder
 ran (prompt tokens and one per generated token); the last line says whether the continuations
 agree (identical text), as the card's L-Eval rows need them to.
+
+``--count-only`` generates nothing: for every question of every text of each task in ``--task``
+(a comma-separated list; ``--documents`` and ``--questions`` do not apply), the prompt tokens run
+each whole and with shared prefixes, counted by the sharing path's own order and cut-back rule
+(:func:`lpes_harness.lmeval.prefix_generation.prompt_tokens_run`), in seconds instead of hours:
+
+    python benchmarks/prefix_generation.py --count-only --task leval_coursera,leval_quality,leval_tpo,leval_sci_fi
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ FLAGS = (  # flag, type, default, help
     ("--documents", int, 2, "the task's first texts"),
     ("--questions", int, 4, "the first questions of each text (SFiction asks each twice: with the text and without)"),
     ("--repeats", int, 1, "interleaved repeats of the two paths"),
+    ("--count-only", bool, False, "generate nothing: count the prompt tokens each path runs, over every question of "
+                                  "every text of each task in --task (comma-separated)"),
     *RUN_FLAGS,
 )
 
@@ -47,8 +56,9 @@ def parse_args(argv):
     return parse_flags(__doc__.split("\n\n")[0], FLAGS, argv, positive=("--documents", "--questions", "--repeats"))
 
 
-def task_requests(name: str, documents: int, questions: int) -> list:
-    """lm-eval's generate_until instances for the first ``questions`` questions of the first ``documents`` texts."""
+def task_requests(name: str, documents: int | None, questions: int | None) -> list:
+    """lm-eval's generate_until instances for the first ``questions`` questions of the first ``documents``
+    texts (None: all of them)."""
     from lm_eval.tasks import TaskManager
 
     task = TaskManager().load([name])["tasks"][name]
@@ -59,18 +69,57 @@ def task_requests(name: str, documents: int, questions: int) -> list:
         raise ValueError(f"--task {name}: its docs do not say which text they ask about (doc_index, question_index: "
                          "the L-Eval tasks do)")
     return [instance for instance in task.instances
-            if instance.doc["doc_index"] < documents and instance.doc["question_index"] < questions]
+            if (documents is None or instance.doc["doc_index"] < documents)
+            and (questions is None or instance.doc["question_index"] < questions)]
+
+
+def count_only(args) -> int:
+    """``--count-only``: each task's prompt tokens, each whole and shared; no generation."""
+    from lpes_harness.files import atomic_write_json
+    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.prefix_generation import prompt_tokens_run, why_not_shared
+
+    names = [name.strip() for name in args.task.split(",") if name.strip()]
+    requests = {}
+    for name in names:  # every task checked before the model load
+        try:
+            requests[name] = task_requests(name, None, None)
+        except KeyError:
+            sys.exit(f"--task {name!r}: no such task (lm_eval ls tasks lists them)")
+        except ValueError as error:
+            sys.exit(str(error))
+    lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=1)
+    rows = {}
+    for name, asked in requests.items():
+        reason = why_not_shared(lm, asked)
+        whole, run = prompt_tokens_run(lm, asked)
+        rows[name] = {"requests": len(asked), "prompt_tokens": whole, "shared_run": whole if reason else run,
+                      "not_shared": reason}
+    total = {"requests": sum(r["requests"] for r in rows.values()),
+             "prompt_tokens": sum(r["prompt_tokens"] for r in rows.values()),
+             "shared_run": sum(r["shared_run"] for r in rows.values())}
+    print(f"prompt tokens the decoder runs, each prompt whole and with prefix_cache=true (counted, nothing generated)")
+    print(f"{'task':<24} {'requests':>8} {'each whole':>11} {'shared':>10} {'share':>7}")
+    for name, row in [*rows.items(), ("all", total)]:
+        note = f"  (not shared: {row['not_shared']})" if row.get("not_shared") else ""
+        print(f"{name:<24} {row['requests']:>8} {row['prompt_tokens']:>11} {row['shared_run']:>10} "
+              f"{row['shared_run'] / max(1, row['prompt_tokens']):>6.1%}{note}")
+    if args.json:
+        atomic_write_json(args.json, {"pretrained": args.pretrained, "count_only": True, "tasks": rows, "all": total})
+    return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.count_only:
+        return count_only(args)
     from lm_eval.models.huggingface import HFLM
 
     from lpes_harness.files import atomic_write_json
     from lpes_harness.lm import LPESLM
-    from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, why_not_shared
+    from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, prompt_tokens_run, why_not_shared
 
     try:  # before the model load: a wrong task should not cost a minute
         requests = task_requests(args.task, args.documents, args.questions)
@@ -107,6 +156,7 @@ def main(argv=None) -> int:
     whole, shared = results["each whole"][0], results["shared prefixes"][0]
     same = sum(a == b for a, b in zip(whole, shared))
     prompt_tokens = sum(len(lm.tok_encode(request.args[0])) for request in requests)
+    counted_whole, counted_shared = prompt_tokens_run(lm, requests)  # --count-only's count, beside the measured
 
     print(f"lpes_hf generate_until on {len(requests)} requests of {args.task} ({prompt_tokens} prompt tokens before "
           f"truncation), scales {args.scales or 1}, {args.dtype}, batch 1, {torch.get_num_threads()} thread(s), "
@@ -124,6 +174,7 @@ def main(argv=None) -> int:
             "pretrained": args.pretrained, "scales": args.scales, "dtype": args.dtype, "task": args.task,
             "documents": args.documents, "questions": args.questions, "threads": torch.get_num_threads(),
             "requests": len(requests), "prompt_tokens": prompt_tokens,
+            "counted": {"each whole": counted_whole, "shared prefixes": counted_shared},
             "repeats": args.repeats, "seconds": seconds, "methods": rows,
             "agreement": {"identical": same, "continuations": len(whole)}})
     return 0

@@ -22,7 +22,10 @@ def parse_flags(description: str, flags, argv, positive: tuple[str, ...] = ()) -
     """``flags``: (flag, type, default, help) rows; each flag named in ``positive`` must be >= 1."""
     parser = argparse.ArgumentParser(description=description)
     for flag, kind, default, text in flags:
-        parser.add_argument(flag, type=kind, default=default, help=text)
+        if kind is bool:  # a switch
+            parser.add_argument(flag, action="store_true", help=text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=text)
     args = parser.parse_args(argv)
     if positive and min(getattr(args, flag.lstrip("-").replace("-", "_")) for flag in positive) < 1:
         parser.error(f"{' and '.join(positive)} must be at least 1")

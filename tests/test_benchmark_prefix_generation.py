@@ -39,6 +39,33 @@ def test_both_paths_agree_and_sharing_runs_fewer_tokens_on_the_bundled_model(mon
     found = json.loads(out.read_text())
     assert (found["documents"], found["questions"], found["requests"]) == (1, 2, 2)
     assert found["agreement"] == {"identical": 2, "continuations": 2}
+    # --count-only's count is what the decoder ran, bar the generated tokens, which both paths run alike
+    measured, counted = found["methods"], found["counted"]
+    assert counted["each whole"] == found["prompt_tokens"] > counted["shared prefixes"]
+    assert (measured["each whole"]["tokens"] - counted["each whole"]
+            == measured["shared prefixes"]["tokens"] - counted["shared prefixes"] > 0)
     # the second prompt runs only what follows the text it shares with the first
     assert found["methods"]["shared prefixes"]["tokens"] < 0.7 * found["methods"]["each whole"]["tokens"]
     assert "shared prefixes / each whole" in capsys.readouterr().out
+
+
+@needs_data
+def test_count_only_refuses_an_unknown_task_before_the_model_loads(monkeypatch):
+    monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
+    with pytest.raises(SystemExit, match="--task 'no_such_task': no such task"):
+        load("prefix_generation").main(["--count-only", "--task", "no_such_task"])
+
+
+@needs_data
+@pytest.mark.slow
+def test_count_only_counts_every_question_of_every_text_without_generating(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
+    bench = load("prefix_generation")
+    out = tmp_path / "count.json"
+    assert bench.main(["--count-only", "--task", "leval_sci_fi", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    row = found["tasks"]["leval_sci_fi"]
+    assert row["requests"] == len(bench.task_requests("leval_sci_fi", None, None)) == found["all"]["requests"]
+    # SFiction asks each question with its text and without: the ones with it share the text
+    assert 0 < row["shared_run"] < 0.5 * row["prompt_tokens"] and row["not_shared"] is None
+    assert "leval_sci_fi" in capsys.readouterr().out

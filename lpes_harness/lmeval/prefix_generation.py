@@ -62,18 +62,53 @@ def why_not_shared(lm, requests: Sequence) -> str | None:
     return None
 
 
+def _prepared_all(lm, arguments: Sequence[tuple]) -> list[tuple]:
+    eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
+    return [_prepared(lm, context, dict(gen_kwargs), eos) for context, gen_kwargs in arguments]
+
+
+def _sharing_order(tokens: Sequence[Sequence[int]]) -> list[int]:
+    """Lexicographic order of the prompts' tokens: each then shares with the one before it the longest
+    prefix it shares with any earlier one."""
+    return sorted(range(len(tokens)), key=lambda i: tokens[i])
+
+
+class _CacheLength:
+    """A stand-in for the KV cache that keeps only its length, for :func:`cut_back` to count with."""
+
+    def __init__(self):
+        self.length = 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, count: int) -> None:
+        self.length += count  # count < 0: the tokens dropped
+
+
+def prompt_tokens_run(lm, requests: Sequence) -> tuple[int, int]:
+    """(the requests' prompt tokens, those :func:`generate_sharing_prefixes` runs), counted without a
+    forward: the same tokens, order and cut-back rule. A cache after a generation holds at least its
+    prompt, so the count holds whatever was generated."""
+    tokens = [ids[0].tolist() for ids, *_ in _prepared_all(lm, [tuple(request.args) for request in requests])]
+    cache, previous, run = _CacheLength(), [], 0
+    for index in _sharing_order(tokens):
+        run += len(tokens[index]) - cut_back(cache, previous, tokens[index])
+        cache.length, previous = len(tokens[index]), tokens[index]
+    return sum(map(len, tokens)), run
+
+
 def generate_sharing_prefixes(lm, requests: Sequence, disable_tqdm: bool = False) -> list[str]:
     """``lm.generate_until(requests)``, prompt prefixes shared on one KV cache (check :func:`why_not_shared` first)."""
     arguments = [tuple(request.args) for request in requests]
     cache = prefix_cache(lm)
-    eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
-    prepared = [_prepared(lm, context, dict(gen_kwargs), eos) for context, gen_kwargs in arguments]
+    prepared = _prepared_all(lm, arguments)
     tokens = [ids[0].tolist() for ids, *_ in prepared]
     results: list[str | None] = [None] * len(arguments)
     previous: list[int] = []
     with tqdm(total=len(arguments), desc="Running generate_until requests (shared prefixes)",
               disable=disable_tqdm or lm.rank != 0) as bar:
-        for index in sorted(range(len(arguments)), key=lambda i: tokens[i]):
+        for index in _sharing_order(tokens):
             ids, until, max_gen_toks, kwargs = prepared[index]
             context = tokens[index]
             cut_back(cache, previous, context)  # generate then runs only the rest of the prompt
