@@ -73,6 +73,16 @@ def task_requests(name: str, documents: int | None, questions: int | None) -> li
             and (questions is None or instance.doc["question_index"] < questions)]
 
 
+def requests_or_exit(name: str, documents: int | None, questions: int | None) -> list:
+    """:func:`task_requests`, or the reason it has none as the command's one-line error."""
+    try:
+        return task_requests(name, documents, questions)
+    except KeyError:
+        sys.exit(f"--task {name!r}: no such task (lm_eval ls tasks lists them)")
+    except ValueError as error:
+        sys.exit(str(error))
+
+
 def count_only(args) -> int:
     """``--count-only``: each task's prompt tokens, each whole and shared; no generation."""
     from lpes_harness.files import atomic_write_json
@@ -80,14 +90,9 @@ def count_only(args) -> int:
     from lpes_harness.lmeval.prefix_generation import prompt_tokens_run, why_not_shared
 
     names = [name.strip() for name in args.task.split(",") if name.strip()]
-    requests = {}
-    for name in names:  # every task checked before the model load
-        try:
-            requests[name] = task_requests(name, None, None)
-        except KeyError:
-            sys.exit(f"--task {name!r}: no such task (lm_eval ls tasks lists them)")
-        except ValueError as error:
-            sys.exit(str(error))
+    if not names:
+        sys.exit("--task names no task (give one or more, comma-separated)")
+    requests = {name: requests_or_exit(name, None, None) for name in names}  # all checked before the model load
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=1)
     rows = {}
     for name, asked in requests.items():
@@ -98,7 +103,7 @@ def count_only(args) -> int:
     total = {"requests": sum(r["requests"] for r in rows.values()),
              "prompt_tokens": sum(r["prompt_tokens"] for r in rows.values()),
              "shared_run": sum(r["shared_run"] for r in rows.values())}
-    print(f"prompt tokens the decoder runs, each prompt whole and with prefix_cache=true (counted, nothing generated)")
+    print("prompt tokens the decoder runs, each prompt whole and with prefix_cache=true (counted, nothing generated)")
     print(f"{'task':<24} {'requests':>8} {'each whole':>11} {'shared':>10} {'share':>7}")
     for name, row in [*rows.items(), ("all", total)]:
         note = f"  (not shared: {row['not_shared']})" if row.get("not_shared") else ""
@@ -121,12 +126,8 @@ def main(argv=None) -> int:
     from lpes_harness.lm import LPESLM
     from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, prompt_tokens_run, why_not_shared
 
-    try:  # before the model load: a wrong task should not cost a minute
-        requests = task_requests(args.task, args.documents, args.questions)
-    except KeyError:
-        sys.exit(f"--task {args.task!r}: no such task (lm_eval ls tasks lists them)")
-    except ValueError as error:
-        sys.exit(str(error))
+    # before the model load: a wrong task should not cost a minute
+    requests = requests_or_exit(args.task, args.documents, args.questions)
     extra = {"scales": args.scales} if args.scales else {}
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, batch_size=1, **extra)
     reason = why_not_shared(lm, requests)

@@ -54,6 +54,8 @@ def test_count_only_refuses_an_unknown_task_before_the_model_loads(monkeypatch):
     monkeypatch.setenv("LPES_DATA", str(SHARED_DATA))
     with pytest.raises(SystemExit, match="--task 'no_such_task': no such task"):
         load("prefix_generation").main(["--count-only", "--task", "no_such_task"])
+    with pytest.raises(SystemExit, match="--task names no task"):
+        load("prefix_generation").main(["--count-only", "--task", " , "])
 
 
 @needs_data

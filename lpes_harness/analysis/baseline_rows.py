@@ -47,6 +47,14 @@ def parse_baseline(text: str) -> tuple[str, Baseline]:
     return name or baseline.spec, baseline
 
 
+def parse_baselines(texts) -> dict[str, Baseline]:
+    """Every ``--baseline`` of a command line by row name (:func:`parse_baseline`); two of one name are refused."""
+    baselines = dict(parse_baseline(text) for text in texts)
+    if len(baselines) != len(texts):
+        raise ValueError("two --baseline rows have the same name; name each NAME=MODEL[:ARGS]")
+    return baselines
+
+
 def load_baseline_lm(baseline: Baseline, pretrained: str | None, dtype: str):
     """The lm-eval model of ``baseline`` on the comparison's checkpoint and dtype (its own arguments win)."""
     from lm_eval.api.registry import get_model

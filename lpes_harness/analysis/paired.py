@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baseline
+from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baselines
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
 from lpes_harness.scaling import canonical, factors_per_layer, halves, held_per_half, identity, promote, uniform_factor
@@ -349,8 +349,8 @@ def main(argv=None) -> None:
         position_held = held_layers_of(args.pretrained, args.position_layer_type, "--position-layer-type")
         methods = several_lpes_methods(curves, with_pi=with_pi, uniform=uniform, held_layers=held, scaling=scaling,
                                        position_held_layers=position_held)
-        baselines = dict(parse_baseline(text) for text in args.baseline)
-        if len(baselines) != len(args.baseline) or set(baselines) & set(methods):
+        baselines = parse_baselines(args.baseline)
+        if set(baselines) & set(methods):
             raise ValueError("two rows have the same name; name each --baseline NAME=MODEL[:ARGS]")
         percents = task_positions(args.task)
     except (ValueError, OSError) as err:

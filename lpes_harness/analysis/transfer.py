@@ -143,14 +143,12 @@ def main(argv=None) -> None:
         parser.error("two conditions share a name (after lower-casing and dropping punctuation)")
     if args.num_samples < 1:
         parser.error(f"--num-samples must be >= 1, got {args.num_samples}")
-    from lpes_harness.analysis.baseline_rows import parse_baseline
+    from lpes_harness.analysis.baseline_rows import parse_baselines
 
-    try:  # a misspelt model stops here, not after the first condition's hours of scoring
-        names = [parse_baseline(text)[0] for text in args.baseline]
+    try:  # a misspelt model stops here, with this command's name, before any condition is scored
+        parse_baselines(args.baseline)
     except ValueError as err:
         parser.error(str(err))
-    if len(set(names)) != len(names):
-        parser.error("two --baseline rows have the same name; name each NAME=MODEL[:ARGS]")
     from lpes_harness.tasks.data import TaskDataError
     from lpes_harness.tasks.position import resolve_options, resolve_task
 
