@@ -56,6 +56,23 @@ def test_a_copier_is_caught_by_the_copying_control():
     assert result["verdict"].startswith("does NOT measure retrieval")
 
 
+class LastCopier(Reader):
+    """Answers the last number of the context, whatever was asked (a recency bias at its extreme)."""
+
+    def generate_until(self, requests, disable_tqdm=False):
+        return [f" {NUMBER.findall(r.arguments[0])[-1][1]}." for r in requests]
+
+
+def test_the_side_of_the_gold_item_the_wrong_answers_name_tells_recency_from_primacy():
+    first = check_task(Copier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20})["wrong_answers"]
+    last = check_task(LastCopier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20})["wrong_answers"]
+    assert first["middle_wrong"] == last["middle_wrong"] == 12  # 25, 50, 75 %: 4 samples each, all wrong
+    assert (first["middle_other_item_before"], first["middle_other_item_after"]) == (12, 0)
+    assert (last["middle_other_item_before"], last["middle_other_item_after"]) == (0, 12)
+    report = format_report(check_task(LastCopier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20}))
+    assert "12 after the gold item, 0 before it" in report
+
+
 class RarelyRight(Reader):
     """Retrieves on its first request only: above the gold-removed 0, but at the floor (mdqa on SmolLM2)."""
 

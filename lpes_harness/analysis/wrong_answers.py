@@ -140,6 +140,10 @@ def summarise(classified: Mapping[int, Sequence[Classified]], positions: Sequenc
         "middle_other_item_share": len(middle_other) / len(middle_wrong) if middle_wrong else 0.0,
         "middle_other_item_depths": {str(depth): n for depth, n in sorted(depths.items())},
         "middle_other_item_neighbours": sum(abs(c.offset) == 1 for c in middle_other),
+        # Which side of the gold item the named ones sit on: mostly after it is a recency bias,
+        # mostly before a primacy bias; a scaling can trade one for the other (16 needles, SmolLM2).
+        "middle_other_item_before": sum(c.offset < 0 for c in middle_other),
+        "middle_other_item_after": sum(c.offset > 0 for c in middle_other),
         "fixed_place": fixed,
     }
 
