@@ -191,9 +191,8 @@ def format_report(result: Mapping) -> str:
     middle = ", ".join(f"{p} %" for p in wrong["middle_positions"])
     lines.append(f"wrong answers at {middle}: {wrong['middle_other_item']} of {wrong['middle_wrong']} "
                  f"({wrong['middle_other_item_share']:.0%}) are another item's value "
-                 f"({wrong['middle_other_item_neighbours']} of them the gold item's neighbour"
-                 + (f"; {wrong['middle_other_item_after']} after the gold item, {wrong['middle_other_item_before']} before it)"
-                    if "middle_other_item_after" in wrong else ")"))
+                 f"({wrong['middle_other_item_neighbours']} of them the gold item's neighbour; "
+                 f"{wrong['middle_other_item_after']} after the gold item, {wrong['middle_other_item_before']} before it)")
     if wrong["middle_other_item_depths"]:
         depths = sorted(wrong["middle_other_item_depths"].items(), key=lambda kv: -kv[1])[:5]
         lines.append("  the items they name sit at depth " + ", ".join(f"{d} % ({n})" for d, n in depths))
