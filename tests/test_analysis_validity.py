@@ -65,12 +65,12 @@ class LastCopier(Reader):
 
 def test_the_side_of_the_gold_item_the_wrong_answers_name_tells_recency_from_primacy():
     first = check_task(Copier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20})["wrong_answers"]
-    last = check_task(LastCopier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20})["wrong_answers"]
+    last_result = check_task(LastCopier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20})
+    last = last_result["wrong_answers"]
     assert first["middle_wrong"] == last["middle_wrong"] == 12  # 25, 50, 75 %: 4 samples each, all wrong
     assert (first["middle_other_item_before"], first["middle_other_item_after"]) == (12, 0)
     assert (last["middle_other_item_before"], last["middle_other_item_after"]) == (0, 12)
-    report = format_report(check_task(LastCopier(), "multi_needle", num_samples=4, metadata={"num_sentences": 20}))
-    assert "12 after the gold item, 0 before it" in report
+    assert "12 after the gold item, 0 before it" in format_report(last_result)
 
 
 class RarelyRight(Reader):
