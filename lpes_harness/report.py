@@ -4,7 +4,8 @@
 
 Each positional argument is ``[METHOD=]PATH``: a results JSON written by ``lm_eval
 --output_path`` or a folder searched for ``results*.json``. Several files of one method
-(e.g. one per suite) are merged. Without ``METHOD=`` the method is the given folder's name, or
+(e.g. one per suite) are merged; a task run in parts over different documents (``lm_eval
+--samples``, e.g. the rest of a ``--limit`` run) is joined from its logged samples. Without ``METHOD=`` the method is the given folder's name, or
 the file's name.
 
 Written into ``--out``:
@@ -143,7 +144,8 @@ def write_report(
 def kept_record(methods) -> dict[str, dict]:
     """``--keep-samples``: file name in ``--out`` -> content. Each method's results file(s), and
     ``per_sample.json`` (method -> subtask -> doc_id -> record) from the samples files beside them;
-    each results file is read once, and all before anything is written."""
+    each results file is read once, and all before anything is written. A task a method ran in parts
+    (``lm_eval --samples``) keeps each part's results file and one joined set of samples."""
     from lpes_harness.analysis.logged_samples import kept_stem, sample_records
     from lpes_harness.analysis.results_files import read_results
 
@@ -159,7 +161,11 @@ def kept_record(methods) -> dict[str, dict]:
         for index, file in enumerate(method.files):
             data = read_results(file)
             files[f"results_{stem}{f'_{index}' if len(method.files) > 1 else ''}.json"] = data
-            per_sample.setdefault(method.name, {}).update(sample_records(file, data["results"]))
+            for task, records in sample_records(file, data["results"]).items():  # a task run in parts: joined
+                per_sample.setdefault(method.name, {}).setdefault(task, {}).update(records)
+    for tasks in per_sample.values():
+        for task, records in tasks.items():
+            tasks[task] = dict(sorted(records.items(), key=lambda item: int(item[0])))
     return {**files, KEPT_SAMPLES: per_sample}
 
 

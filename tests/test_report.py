@@ -354,3 +354,64 @@ def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):
     with pytest.raises(SystemExit):
         report.main([*sources, "--out", str(tmp_path / "bad"), "--baseline", "PI"])
     assert not (tmp_path / "bad").exists()
+
+
+def _long_context_run(folder, date, rows_by_doc, task="zeroscrolls_gov_report"):
+    """One lm-eval run of a summary task over the given documents (doc_id -> ROUGE-1/2/L), as
+    ``lm_eval --samples`` writes it: the results aggregate only the documents it ran."""
+    folder.mkdir(parents=True)
+    names = ("rouge1", "rouge2", "rougeL")
+    means = {f"{n},none": sum(r[i] for r in rows_by_doc.values()) / len(rows_by_doc) for i, n in enumerate(names)}
+    lines = [json.dumps({"doc_id": doc, **dict(zip(names, row)), "metrics": list(names), "filtered_resps": [f"s{doc}"]})
+             for doc, row in rows_by_doc.items()]
+    (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / f"results_{date}.json").write_text(json.dumps(
+        {"results": {task: means}, "n-samples": {task: {"original": 10, "effective": len(rows_by_doc)}}}))
+
+
+def test_a_task_run_in_parts_is_joined_from_its_logged_samples(tmp_path):
+    """The rest of a --limit run, run later with lm_eval --samples, joins the first part: the report and
+    its kept record are those of one run over all the documents."""
+    import numpy as np
+
+    rouge = np.random.default_rng(1).random((2, 10, 3)) * 0.4
+    rows = lambda r, docs: {doc: tuple(float(v) for v in r[doc]) for doc in docs}
+    _long_context_run(tmp_path / "whole", "2026-01-01T00-00-00.1", rows(rouge[0], range(10)))
+    _long_context_run(tmp_path / "first", "2026-01-01T00-00-00.2", rows(rouge[0], range(4)))
+    _long_context_run(tmp_path / "rest", "2026-01-02T00-00-00.3", rows(rouge[0], range(4, 10)))
+    _long_context_run(tmp_path / "lpes", "2026-01-03T00-00-00.4", rows(rouge[1], range(10)))
+    whole = report.write_report([f"vanilla={tmp_path / 'whole'}", f"LPES={tmp_path / 'lpes'}"], tmp_path / "a").read_text()
+    parts = report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={tmp_path / 'rest'}", f"LPES={tmp_path / 'lpes'}"],
+                                tmp_path / "b", keep_samples=True).read_text()
+    assert parts == whole and "10 / 0" not in whole and "| LPES | " in whole
+    kept = tmp_path / "b"
+    assert sorted(p.name for p in kept.glob("results_*")) == ["results_LPES.json", "results_vanilla_0.json", "results_vanilla_1.json"]
+    record = json.loads((kept / "per_sample.json").read_text())["vanilla"]["zeroscrolls_gov_report"]
+    assert list(record) == [str(d) for d in range(10)] and record["7"]["answer"] == "s7"
+    again = report.write_report([f"vanilla={kept / 'results_vanilla_0.json'}", f"vanilla={kept / 'results_vanilla_1.json'}",
+                                 f"LPES={kept / 'results_LPES.json'}"], tmp_path / "c").read_text()
+    assert again == whole
+
+
+def test_parts_of_a_task_that_score_one_document_differently_are_refused(tmp_path):
+    _long_context_run(tmp_path / "first", "2026-01-01T00-00-00.1", {0: (0.1, 0.1, 0.1), 1: (0.2, 0.2, 0.2)})
+    _long_context_run(tmp_path / "again", "2026-01-02T00-00-00.2", {1: (0.3, 0.3, 0.3), 2: (0.2, 0.2, 0.2)})
+    with pytest.raises(ReportError, match="zeroscrolls_gov_report document 1 is scored differently"):
+        report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={tmp_path / 'again'}"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_parts_of_a_position_task_are_joined_and_parts_without_samples_refused(tmp_path):
+    _logged_run(tmp_path / "first", "2026-01-01T00-00-00.1", {0: [1, 1, 0, 0]})
+    _logged_run(tmp_path / "whole", "2026-01-01T00-00-00.3", {0: [1, 1, 0, 0, 1, 1, 1, 1]})
+    rest = tmp_path / "rest"
+    _logged_run(rest, "2026-01-02T00-00-00.2", {0: [1, 1, 1, 1]})
+    sample = rest / "samples_multi_needle_pos0_2026-01-02T00-00-00.2.jsonl"
+    sample.write_text("".join(json.dumps({**json.loads(l), "doc_id": json.loads(l)["doc_id"] + 4}) + "\n"
+                              for l in sample.read_text().splitlines()))  # its documents are 4-7
+    joined = report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={rest}"], tmp_path / "a").read_text()
+    assert _row(joined, "vanilla") == _row(report.write_report([f"vanilla={tmp_path / 'whole'}"], tmp_path / "b").read_text(), "vanilla")
+    assert _row(joined, "vanilla").startswith("| vanilla | 75.0 [")  # 6 of the 8 documents, not the last part's 4 of 4
+    sample.unlink()
+    with pytest.raises(ReportError, match="not all of which logged its samples"):
+        report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={rest}"], tmp_path / "c")

@@ -104,12 +104,19 @@ class Method:
         return str(self.model_args.get("scaling", "position"))
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
+        """Merge one results file. A task an earlier file of this method also scored is one task run in
+        parts (``lm_eval --samples`` over different documents, or the same ones scored alike): its
+        logged samples are joined and its scores become their means (every suite and position task
+        here aggregates by mean), its count their number; without logged samples it is refused."""
+        repeated = {}
         for task, entry in data["results"].items():
-            metrics = self.scores.setdefault(task, {})
-            for key, value in entry.items():
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or any(s in key for s in SKIPPED_METRICS):
-                    continue
-                metrics[key.split(",")[0]] = float(value)
+            metrics = {key.split(",")[0]: float(value) for key, value in entry.items()
+                       if isinstance(value, (int, float)) and not isinstance(value, bool)
+                       and not any(s in key for s in SKIPPED_METRICS)}
+            if self.scores.get(task) and metrics:
+                repeated[task] = metrics
+            else:
+                self.scores.setdefault(task, {}).update(metrics)
         for group, subtasks in (data.get("group_subtasks") or {}).items():
             if subtasks:
                 self.suites.setdefault(group, list(subtasks))
@@ -127,16 +134,49 @@ class Method:
             count = (counts or {}).get("effective", (counts or {}).get("original"))
             if isinstance(count, int) and count > 0:
                 self.counts[task] = count
+        logged_before = {t for t in repeated if t in self.samples or t in self.records}
+        logged_here = set()
         if file is not None:
-            self.files.append(file)
             metrics = {t: m[0] for t in data["results"] if POSITION_SUBTASK.match(t) and (m := main_metric(self, t))}
             # Multiple-choice subjects too (a group has no samples file, so only subjects are read):
             # "within a point of vanilla" needs a paired interval over the same questions.
             metrics.update({t: "acc" for t in data["results"] if t.startswith(MULTIPLE_CHOICE_PREFIXES)})
-            self.samples.update(logged_scores(file, metrics))
+            for task, scores in logged_scores(file, metrics).items():
+                self._join(self.samples, task, scores, file)
+                logged_here.add(task)
             long_context = [t for t in data["results"] if t.startswith(LONG_CONTEXT_PREFIXES)]
             for task, records in sample_records(file, long_context).items():
-                self.records[task] = {int(doc): record for doc, record in records.items()}
+                self._join(self.records, task, {int(doc): record for doc, record in records.items()}, file)
+                logged_here.add(task)
+            self.files.append(file)
+        for task, metrics in repeated.items():
+            self._rescore(task, metrics, file if task in logged_before & logged_here else None)
+
+    def _join(self, store: dict[str, dict[int, Any]], task: str, found: Mapping[int, Any], file: Path) -> None:
+        """Add one file's samples of ``task``; a document both files scored must be scored alike."""
+        known = store.setdefault(task, {})
+        for doc, value in found.items():
+            if doc in known and known[doc] != value:
+                raise ReportError(f"method {self.name!r}: {task} document {doc} is scored differently in {file} and "
+                                  f"in an earlier file ({', '.join(map(str, self.files))}); one method's files may "
+                                  f"share a task only over different documents (lm_eval --samples) or identical runs")
+            known[doc] = value
+        self.counts[task] = len(known)
+
+    def _rescore(self, task: str, metrics: Mapping[str, float], logged: Path | None) -> None:
+        """A task scored by two files: its scores become the means of its joined samples, for each metric
+        every sample logged (a multiple-choice subject logs only ``acc`` here: ``acc_norm`` is left out).
+        ``logged``: the file, if both it and an earlier one logged their samples of the task."""
+        joined = self.records.get(task) or {}
+        if not joined and task in self.samples:
+            metric = main_metric(self, task)[0]
+            joined = {doc: {metric: score} for doc, score in self.samples[task].items()}
+        names = [n for n in {**self.scores[task], **metrics} if all(n in r for r in joined.values())]
+        if logged is None or not joined or not names:
+            raise ReportError(f"method {self.name!r}: {task} is scored by more than one results file "
+                              f"({', '.join(map(str, self.files))}), not all of which logged its samples "
+                              f"(lm_eval --log_samples), so its parts cannot be joined; give one run per task")
+        self.scores[task] = {name: sum(float(r[name]) for r in joined.values()) / len(joined) for name in names}
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
