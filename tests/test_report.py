@@ -415,3 +415,12 @@ def test_parts_of_a_position_task_are_joined_and_parts_without_samples_refused(t
     sample.unlink()
     with pytest.raises(ReportError, match="not all of which logged its samples"):
         report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={rest}"], tmp_path / "c")
+
+
+def test_a_group_score_from_two_files_is_refused(tmp_path):
+    for name, date in (("a", "2026-01-01T00-00-00.1"), ("b", "2026-01-02T00-00-00.2")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"results_{date}.json").write_text(json.dumps(
+            {"results": {"mmlu_local": {"acc,none": 0.3}}, "group_subtasks": {"mmlu_local": ["mmlu_local_stem"]}}))
+    with pytest.raises(ReportError, match="the group mmlu_local is scored by more than one results file"):
+        report.write_report([f"x={tmp_path / 'a'}", f"x={tmp_path / 'b'}"], tmp_path / "out")

@@ -167,6 +167,10 @@ class Method:
         """A task scored by two files: its scores become the means of its joined samples, for each metric
         every sample logged (a multiple-choice subject logs only ``acc`` here: ``acc_norm`` is left out).
         ``logged``: the file, if both it and an earlier one logged their samples of the task."""
+        if task in self.suites:
+            raise ReportError(f"method {self.name!r}: the group {task} is scored by more than one results file "
+                              f"({', '.join(map(str, self.files))}); lm-eval's group score cannot be joined from "
+                              f"parts, so run a group with a score in one piece")
         joined = self.records.get(task) or {}
         if not joined and task in self.samples:
             metric = main_metric(self, task)[0]
