@@ -391,6 +391,10 @@ def test_a_task_run_in_parts_is_joined_from_its_logged_samples(tmp_path):
     again = report.write_report([f"vanilla={kept / 'results_vanilla_0.json'}", f"vanilla={kept / 'results_vanilla_1.json'}",
                                  f"LPES={kept / 'results_LPES.json'}"], tmp_path / "c").read_text()
     assert again == whole
+    # one part alone would show its 4 documents' aggregate beside a paired test over all 10: refused
+    with pytest.raises(ReportError, match="scored 4 documents of zeroscrolls_gov_report, but the samples beside them hold 10"):
+        report.write_report([f"vanilla={kept / 'results_vanilla_0.json'}", f"LPES={kept / 'results_LPES.json'}"], tmp_path / "d")
+    assert not (tmp_path / "d").exists()
 
 
 def test_parts_of_a_task_that_score_one_document_differently_are_refused(tmp_path):

@@ -63,6 +63,7 @@ class Method:
         self.scales: list[float] | None = None
         self.suites: dict[str, list[str]] = {}  # group -> its subtasks, from the results
         self.counts: dict[str, int] = {}  # task -> samples scored (lm-eval's "n-samples")
+        self.file_counts: dict[str, int] = {}  # task -> its "n-samples" summed over the files read
         self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
         self.records: dict[str, dict[int, dict]] = {}  # long-context task -> doc_id -> its metrics (--log_samples)
         self.files: list[Path] = []  # the results files read, in order
@@ -134,6 +135,7 @@ class Method:
             count = (counts or {}).get("effective", (counts or {}).get("original"))
             if isinstance(count, int) and count > 0:
                 self.counts[task] = count
+                self.file_counts[task] = self.file_counts.get(task, 0) + count
         logged_before = {t for t in repeated if t in self.samples or t in self.records}
         logged_here = set()
         if file is not None:
@@ -182,6 +184,18 @@ class Method:
                               f"(lm_eval --log_samples), so its parts cannot be joined; give one run per task")
         self.scores[task] = {name: sum(float(r[name]) for r in joined.values()) / len(joined) for name in names}
 
+    def check_parts(self) -> None:
+        """Once every file of this method is read: a results file of a record kept in parts
+        (``results_<row>_0.json``) shares that record's one ``per_sample.json``, which holds every
+        part's documents. Given without its other parts, its aggregate would be one part's while the
+        paired test ran over all of them: refused, naming what to give."""
+        for task, counted in sorted(self.file_counts.items()):
+            logged = len(self.records.get(task) or self.samples.get(task) or {})
+            if logged > counted:
+                raise ReportError(f"method {self.name!r}: its results files scored {counted} documents of {task}, but "
+                                  f"the samples beside them hold {logged}: a part of a record kept in parts, so give "
+                                  f"every part's results file (results_<row>_0.json, results_<row>_1.json, ...) as this row")
+
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
 
@@ -220,6 +234,8 @@ def load_methods(sources: Sequence[str]) -> list[Method]:
             methods.setdefault(method_name, Method(method_name)).add(read_results(file), file)
     if not methods:
         raise ReportError("no results given; pass one or more [METHOD=]PATH arguments")
+    for method in methods.values():
+        method.check_parts()
     return list(methods.values())
 
 
