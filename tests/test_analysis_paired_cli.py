@@ -127,6 +127,23 @@ def test_merge_takes_longer_blocks_of_the_same_samples_and_refuses_others(tmp_pa
     assert again.get([2.0, 2.0], 50) == []
 
 
+def test_a_cache_of_another_scaling_gives_only_the_plain_model_and_baselines(tmp_path):
+    """A base run reuses a position cache's vanilla and baselines (the same models under any scaling),
+    never its curves (position factors, another model than the same numbers as base factors)."""
+    docs = [{"prompt": f"sample {i}"} for i in range(2)]
+    position = ScoreCache(tmp_path / "position.json", {"task": "t"})
+    position.put([1.0, 1.0], 0, docs, [1.0, 0.0])
+    position.put([0.8, 0.8], 0, docs, [1.0, 1.0])
+    position.put("mspoe_hf:min_ratio=1.2", 0, docs, [0.0, 1.0])
+    base = ScoreCache(tmp_path / "base" / "scores.cache.json", {"task": "t", "scaling": "base"})
+    assert base.merge(tmp_path / "position.json") == 2
+    assert base.get([1.0, 1.0], 0, docs) == [1.0, 0.0] and base.get("mspoe_hf:min_ratio=1.2", 0, docs) == [0.0, 1.0]
+    assert base.get([0.8, 0.8], 0) == []
+    ScoreCache(tmp_path / "other.json", {"task": "other", "scaling": "base"}).put([1.0, 1.0], 0, None, [0.0])
+    with pytest.raises(ValueError, match="other samples or another model"):
+        base.merge(tmp_path / "other.json")
+
+
 def test_reuse_scores_takes_another_runs_blocks_instead_of_scoring(checkpoint, tmp_path):
     scales = tmp_path / "s.json"
     scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))

@@ -69,6 +69,10 @@ class ScoreCache:
         and, position by position, fingerprints that agree with this cache's where both have
         them; a longer block replaces a shorter one. Checked in full before anything changes,
         so a refused file leaves this cache as it was.
+
+        A file that differs only in its scaling (a position cache for a base run, or back) gives only
+        the blocks that mean the same model under either: the plain model (every factor 1, bit for
+        bit vanilla whatever the factors multiply) and baselines (keyed by their ``model:args``).
         """
         from lpes_harness.files import atomic_write_json
 
@@ -77,8 +81,12 @@ class ScoreCache:
         saved = json.loads(other.read_text(encoding="utf-8"))
         identity = dict(saved.get("identity") or {})
         identity.pop("num_samples", None)
-        if identity != self.identity:
+        same_model = _without_scaling(identity) == _without_scaling(self.identity)
+        if identity != self.identity and not same_model:
             raise ValueError(f"{other} holds scores of other samples or another model ({identity} != {self.identity})")
+        blocks = saved.get("blocks") or {}
+        if identity != self.identity:
+            blocks = {key: block for key, block in blocks.items() if _means_one_model(key)}
         fingerprints = dict(self.fingerprints)
         for percent, theirs in (saved.get("fingerprints") or {}).items():
             mine = fingerprints.get(percent, [])
@@ -87,7 +95,7 @@ class ScoreCache:
                 first = next(i for i in range(common) if mine[i] != theirs[i])
                 raise ValueError(f"{other}: sample {first} at {percent} % is not the sample of {self.path}")
             fingerprints[percent] = max(mine, theirs, key=len)
-        taken = {key: list(block) for key, block in (saved.get("blocks") or {}).items()
+        taken = {key: list(block) for key, block in blocks.items()
                  if len(block) > len(self.blocks.get(key, []))}
         for key, block in taken.items():
             percent = key.rpartition("@")[2]
@@ -119,6 +127,16 @@ class ScoreCache:
         self.blocks[self.key(scales, percent)] = list(values)
         atomic_write_json(self.path, {"identity": self.identity, "blocks": self.blocks, "fingerprints": self.fingerprints})
         kill_point("score-cache")  # test hook (lpes_harness.files.kill_point): a kill between two blocks
+
+
+def _without_scaling(identity: Mapping) -> dict:
+    return {k: v for k, v in identity.items() if k != "scaling"}
+
+
+def _means_one_model(key: str) -> bool:
+    """Whether a block's key names the same model under every scaling: a baseline's spec, or all ones."""
+    scales = json.loads(key.rpartition("@")[0])
+    return not isinstance(scales, list) or all(float(s) == 1.0 for s in scales)
 
 
 def _canonical_key(key: str) -> str:
