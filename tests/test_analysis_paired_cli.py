@@ -380,3 +380,13 @@ def test_a_bad_batch_size_is_one_line(text, capsys):
     with pytest.raises(SystemExit) as stop:
         paired.main(["--scales", "s.json", "--output", "out", "--batch-size", text])
     assert stop.value.code == 2 and "a positive integer or 'auto'" in capsys.readouterr().err
+
+
+def test_a_uniform_row_of_base_scaling_says_so_in_its_name():
+    """A table holds position and base rows side by side (the SmolLM2 leaderboard): "uniform 0.75" alone
+    would not say which factor it is."""
+    from lpes_harness.analysis.paired import lpes_methods, uniform_name
+
+    assert uniform_name(0.75) == "uniform 0.75" and uniform_name(0.75, "base") == "uniform base 0.75"
+    assert uniform_name((1.2, 2.0), "both") == "uniform 1.2:2"
+    assert lpes_methods([0.5, 1.5], [0.75], scaling="base")["uniform base 0.75"] == [0.75, 0.75]

@@ -55,18 +55,20 @@ BOARDS = (
         model="SmolLM2-135M-Instruct (the bundled model)",
         sources=("results/smollm2_multi_needle_tuned_baselines/heldout.json",
                  "results/leaderboard_smollm2/poshidden/heldout.json", "results/leaderboard_smollm2/string/heldout.json",
-                 "results/leaderboard_smollm2/lpes_both/heldout.json"),
+                 "results/leaderboard_smollm2/lpes_both/heldout.json", "results/leaderboard_smollm2/lpes_base/heldout.json"),
         about="`multi_needle` held-out split at its defaults (60 sentences, 8 needles), chat template, bfloat16, "
-              "2-core CPU: the reference table's samples, every row through `python -m lpes_harness.analysis.paired` "
-              "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command; the rivals' "
-              "and the robust curve's rows: [results/leaderboard_smollm2](../results/leaderboard_smollm2/README.md)).",
+              "2-core CPU (an AMD EPYC; the base-scaling curve and its uniform start on an Intel Xeon, both avx512_bf16 without AMX): "
+              "the reference table's samples, every row through `python -m lpes_harness.analysis.paired` "
+              "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command; the rivals', "
+              "the robust curve's and the base-scaling curve's rows: [results/leaderboard_smollm2](../results/leaderboard_smollm2/README.md)).",
         tune="python -m lpes_harness.search.tune_baselines --baseline \"{label}={model}{colon_args}\" --dtype bfloat16 \\\n"
              "    --output results/tune/{name}",
         score="python -m lpes_harness.analysis.paired --scales reference=results/smollm2_multi_needle_reference/scales.json "
               "--no-pi \\\n    --baseline \"{label}={model}{colon_args}\" --baseline \"$(cat results/tune/{name}/best.txt)\" \\\n    "
               + _SMOLLM2_SAMPLES,
         score_curve="python -m lpes_harness.analysis.paired --scales {name}={scales} --no-pi \\\n    " + _SMOLLM2_SAMPLES,
-        searches={"lpes_base": ("lpes-search --profile cpu-bf16 --scaling base --output results/smollm2_base_search",
+        searches={"lpes_base": ("lpes-search --profile cpu-bf16 --scaling base --y-min 0.25 --y-max 4 --sweep 1,0.75,2 "
+                                "--heldout-samples 0 --seed 1 --output results/smollm2_base_search",
                                 "results/smollm2_base_search/scales.json"),
                   "lpes_both": ("", "results/robust_smollm2_seed1/scales.json")},
         needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json",

@@ -68,8 +68,10 @@ def uniform_values(value, scaling: str) -> tuple[float, ...]:
 
 
 def uniform_name(value, scaling: str = "position") -> str:
-    """The row name of a uniform factor: ``uniform 1.2``; under scaling both ``uniform 1.2:2`` (position:base)."""
-    return "uniform " + ":".join(f"{v:g}" for v in uniform_values(value, scaling))
+    """The row name of a uniform factor: ``uniform 1.2``; under scaling base ``uniform base 2`` (a table may
+    hold a position row beside it); under scaling both ``uniform 1.2:2`` (position:base)."""
+    kind = "base " if scaling == "base" else ""
+    return f"uniform {kind}" + ":".join(f"{v:g}" for v in uniform_values(value, scaling))
 
 
 def parse_uniform(text: str, scaling: str = "position") -> list:
