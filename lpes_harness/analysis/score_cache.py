@@ -81,11 +81,10 @@ class ScoreCache:
         saved = json.loads(other.read_text(encoding="utf-8"))
         identity = dict(saved.get("identity") or {})
         identity.pop("num_samples", None)
-        same_model = _without_scaling(identity) == _without_scaling(self.identity)
-        if identity != self.identity and not same_model:
-            raise ValueError(f"{other} holds scores of other samples or another model ({identity} != {self.identity})")
         blocks = saved.get("blocks") or {}
         if identity != self.identity:
+            if _without_scaling(identity) != _without_scaling(self.identity):
+                raise ValueError(f"{other} holds scores of other samples or another model ({identity} != {self.identity})")
             blocks = {key: block for key, block in blocks.items() if _means_one_model(key)}
         fingerprints = dict(self.fingerprints)
         for percent, theirs in (saved.get("fingerprints") or {}).items():
