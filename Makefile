@@ -35,10 +35,11 @@ $(VENV)/.installed: pyproject.toml
 # Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
-# reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with AVX-512: a sample in 0.27 s with
-# AMX, about 1 s with AVX512-BF16 or AVX-512 float32), else 20 min (float32 on AVX2 only runs a sample in
-# ~1.9 s); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
-DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.models import cpu_flags; print("10m" if torch.cuda.is_available() or "avx512f" in cpu_flags() else "20m")')
+# reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with native bfloat16: a sample in
+# 0.27 s with AMX, 0.9-1.25 s with AVX512-BF16 in float32 or bfloat16), else 20 min (float32 runs a sample
+# in ~1.9 s on AVX2 only and 1.67 s on an AVX-512 Xeon without AVX512-BF16, where 10 min holds the table but
+# no search); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
+DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.search.budget import demo_budget; print(demo_budget(torch.cuda.is_available()))')
 DEMO_SEED ?= 0
 # DEMO_DTYPE: the search's and the reference row's --dtype (auto: bfloat16 where this CPU runs it faster,
 # else float32; docs/results.md#make-demo ran bfloat16 on a CPU where it is slower, to time a slow kind).

@@ -431,6 +431,29 @@ def test_a_time_limit_stops_the_search_before_an_individual_would_run_past_it(cl
         GeneticSearch(spec, synthetic_fitness, config, [callbacks.TimeLimitCallback(None)]).run()
 
 
+def test_a_time_limit_keeps_room_for_the_longest_individual_not_the_mean(clock):
+    """A raced draw costs one chunk, one that keeps up with the best its whole fitness: on an AVX-512 CPU
+    without AVX512-BF16 the demo's draws took 8 s, a whole one 72 s, and one started on the mean's rule ended
+    the search 55 s past its deadline."""
+    from lpes_harness.search import callbacks
+
+    costs = iter([40.0, 7.0, 7.0, 7.0, 7.0, 7.0, 40.0] + [7.0] * 40)  # the start runs whole, then raced draws
+
+    def evaluate(scales):
+        clock.now += next(costs)
+        return synthetic_fitness(scales)
+
+    limit = callbacks.TimeLimitCallback(100.0)
+    result = GeneticSearch(TIMED_SPEC, evaluate, random_search(39), [limit]).run()
+    # After the start and 3 draws (61 s) 39 s are left, less than the 40 s of the longest: stop. The mean's
+    # rule (15.25 s) would have gone on to 5 draws (75 s) and started the 40-s one, ending at 115 s.
+    assert result["processed"] == 4 and clock.now == 61.0 and result["stopped_early"]
+    assert limit.state_dict()["longest_seconds"] == 40.0
+    restored = callbacks.TimeLimitCallback(None)
+    restored.load_state_dict(limit.state_dict())
+    assert restored.longest == 40.0
+
+
 def test_a_time_limit_sets_the_heldout_table_aside_at_the_search_s_own_seconds_a_forward(clock):
     from lpes_harness.search import callbacks
 

@@ -281,7 +281,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m lpes_harness.analysis.paired",
         description="Vanilla, PI and searched scales (any uniform scales, and baseline models) on the same held-out samples of a "
-                    "position task: accuracy by position with 95 %% intervals, exact McNemar p against vanilla. "
+                    "position task: accuracy by position with 95 % intervals, exact McNemar p against vanilla. "
                     f"Scores are kept in OUTPUT/scores.cache.json every {CHUNK} samples: run the same command "
                     "again to resume, with more --scales to add methods without scoring vanilla again, or with a "
                     "larger --num-samples to score only the samples that are new.",

@@ -33,6 +33,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from lpes_harness.analysis.stats import mcnemar_exact
+from lpes_harness.models import cpu_has_native_bf16
 
 # A +10-point gain with 3 % of samples lost: the rate of the demo's curves (4 to 7 lost in 200).
 DEFAULT_GAIN, DEFAULT_LOST, DEFAULT_ALPHA = 0.10, 0.03, 0.01
@@ -55,6 +56,24 @@ RANDOM_DRAW_SAVING = {"roles": 0.60, "hardest": 0.75}
 # to 1.12 times the start-up timing (results/demo_random_avx2) and at 1.02 to 1.15 times the search's rate
 # (1.03 to 1.06 in results/demo_deadline_avx2).
 HELDOUT_MARGIN = 1.15
+# A random search draws its genomes ahead, this many times as many as fit at the start-up timing if each stopped
+# after one chunk: the deadline, timed at the search's own rate, decides how many are made, and the draws must
+# not run out first. The start-up timing of one sample erred high by up to 1.3x: 1.41-1.99 s against the
+# search's own 1.53-1.61 s a forward on an AVX-512 CPU without AVX512-BF16 (results/demo_avx512_nobf16), where
+# the 1.99 s run made all 60 of its draws and ended 195 s inside its 20 minutes. A draw costs nothing until made.
+DRAW_HEADROOM = 2
+
+
+# make demo's budget by machine kind: a forward's cost is the demo's time. Measured a sample: 0.27 s (AMX),
+# 0.9-1.25 s (AVX512-BF16: float32 on an Intel Xeon, bfloat16 on an AMD EPYC), 1.67 s (float32 on an
+# AVX-512 Xeon without AVX512-BF16, where 10 minutes held the table and no search), 1.65-1.9 s (float32,
+# AVX2 only). AVX-512 alone does not make a forward fast; native bfloat16 marks the CPUs that were.
+DEMO_BUDGET_FAST, DEMO_BUDGET_SLOW = "10m", "20m"
+
+
+def demo_budget(cuda: bool, cpuinfo: str | None = None) -> str:
+    """``make demo``'s ``--time-budget``: 10 minutes on a GPU or a CPU with native bfloat16, else 20."""
+    return DEMO_BUDGET_FAST if cuda or cpu_has_native_bf16(cpuinfo) else DEMO_BUDGET_SLOW
 
 
 class BudgetTooSmall(ValueError):
@@ -194,10 +213,11 @@ def plan(budget_seconds: float, seconds_per_sample: float, *, positions: int, se
                   expected_individuals=individuals,
                   heldout_share=heldout_share, tuning=tuning, validation_forwards=validation_forwards, lines=lines)
     if initial == "random":  # the start (the sweep's best, already scored) and a draw for every other individual
-        # Drawn ahead (cheap), made until the deadline: as many as fit if each stopped after one chunk.
+        # Drawn ahead (cheap), made until the deadline: DRAW_HEADROOM times as many as fit if each stopped
+        # after one chunk.
         draws = individuals
         if chunk_size:
-            draws = max(individuals, int((forwards - sweep_forwards) / (chunk_size * runs)))
+            draws = max(individuals, int(DRAW_HEADROOM * (forwards - sweep_forwards) / (chunk_size * runs)))
         # Generation 0 is the start, the lines, then the draws (GeneticSearch): the lines count among its mutants.
         return Plan(**common, population=draws + lines + 1, parents=1, mutants=draws + lines, crossovers=0,
                     generations=0)

@@ -82,10 +82,12 @@ class TimeLimitCallback(Callback):
     has taken once it has scored :data:`RATE_AFTER_FORWARDS` (before that, ``seconds_per_forward``, the
     start-up timing), times ``margin``. ``matched``: forwards run after the search for each of its own (1
     with uniform tuning, which spends as many as the search used), at the search's rate. The search stops
-    as soon as what is left is less than the mean time of the individuals it has processed (the likely
-    cost of the next one, and of as much again per ``matched``), so it ends at most about one individual
-    late. What it spent is callback state: a resumed search counts on from it, and one already past its
-    limit processes nothing new (the loop still replays what it had)."""
+    as soon as what is left is less than the longest individual it has evaluated (and as much again per
+    ``matched``): the next one's worst case, not its mean. Racing makes the two far apart: most random draws
+    stop after one chunk (8 s on an AVX-512 CPU without AVX512-BF16), but one that keeps up with the best
+    runs whole (72 s), and such a draw, started with 17 s left on the mean's rule, ended the demo's search 55 s
+    past its deadline (results/demo_avx512_nobf16). What it spent is callback state: a resumed search counts
+    on from it, and one already past its limit processes nothing new (the loop still replays what it had)."""
 
     RATE_AFTER_FORWARDS = 40  # one unraced individual of the demo: enough for the search's own rate
 
@@ -96,6 +98,7 @@ class TimeLimitCallback(Callback):
         self.matched = matched
         self.spent = 0.0
         self.individuals = 0
+        self.longest = 0.0  # seconds of the longest individual evaluated (a cached one costs nothing)
         self.forwards, self.forward_seconds = 0, 0.0  # what the search scored, and the seconds that took
         self._since = None
 
@@ -124,14 +127,17 @@ class TimeLimitCallback(Callback):
         if not record["cached"]:
             self.forwards += forwards_of([record])
             self.forward_seconds += record["seconds"]
-        if self.seconds_left() < (1 + self.matched) * self.spent / self.individuals:
+            self.longest = max(self.longest, record["seconds"])
+        next_one = max(self.longest, self.spent / self.individuals)  # the mean: the loop's own time, where it dominates
+        if self.seconds_left() < (1 + self.matched) * next_one:
             search.should_stop = True
 
     def state_dict(self) -> dict:
         return {"limit_seconds": self.limit, "after_forwards": self.after_forwards,
                 "seconds_per_forward": self.seconds_per_forward, "margin": self.margin, "matched": self.matched,
                 "spent_seconds": round(self.spent, 3), "individuals": self.individuals,
-                "forwards": self.forwards, "forward_seconds": round(self.forward_seconds, 3)}
+                "forwards": self.forwards, "forward_seconds": round(self.forward_seconds, 3),
+                "longest_seconds": round(self.longest, 3)}
 
     def load_state_dict(self, state: dict) -> None:
         self.limit, self.after_forwards = state["limit_seconds"], state["after_forwards"]
@@ -139,6 +145,7 @@ class TimeLimitCallback(Callback):
         self.matched = state.get("matched", 0.0)  # a checkpoint made before uniform tuning was planned
         self.spent, self.individuals = state["spent_seconds"], state["individuals"]
         self.forwards, self.forward_seconds = state["forwards"], state["forward_seconds"]
+        self.longest = state.get("longest_seconds", 0.0)  # a checkpoint made before the worst case was kept
 
 
 class CheckpointCallback(Callback):
