@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
 # reused). DEMO_BUDGET: 10 min where a forward is fast (a GPU, or a CPU with native bfloat16: a sample in
 # 0.27 s with AMX, 0.9-1.25 s with AVX512-BF16 in float32 or bfloat16), else 20 min (float32 runs a sample
-# in ~1.9 s on AVX2 only and 1.67 s on an AVX-512 Xeon without AVX512-BF16, where 10 min holds the table but
+# in ~1.9 s on AVX2 only and 1.5-1.8 s on an AVX-512 Xeon without AVX512-BF16, where 10 min held the table but
 # no search); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
 DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.search.budget import demo_budget; print(demo_budget(torch.cuda.is_available()))')
 DEMO_SEED ?= 0

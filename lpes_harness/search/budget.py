@@ -65,7 +65,7 @@ DRAW_HEADROOM = 2
 
 
 # make demo's budget by machine kind: a forward's cost is the demo's time. Measured a sample: 0.27 s (AMX),
-# 0.9-1.25 s (AVX512-BF16: float32 on an Intel Xeon, bfloat16 on an AMD EPYC), 1.67 s (float32 on an
+# 0.9-1.25 s (AVX512-BF16: float32 on an Intel Xeon, bfloat16 on an AMD EPYC), 1.5-1.8 s (float32 on an
 # AVX-512 Xeon without AVX512-BF16, where 10 minutes held the table and no search), 1.65-1.9 s (float32,
 # AVX2 only). AVX-512 alone does not make a forward fast; native bfloat16 marks the CPUs that were.
 DEMO_BUDGET_FAST, DEMO_BUDGET_SLOW = "10m", "20m"
