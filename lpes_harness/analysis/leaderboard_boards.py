@@ -74,7 +74,8 @@ BOARDS = (
         needs={"poshidden": "setting=results/poshidden/smollm2_multi_needle.json",
                "moice": "gates=results/moice/smollm2.gates.pt"},
         latency="results/leaderboard_smollm2/latency.json",
-        latency_where=f"SmolLM2-135M-Instruct on {_CPU} ([its README](../results/leaderboard_smollm2/README.md))",
+        latency_where="SmolLM2-135M-Instruct on a 2-core Intel Xeon (family 6 model 85: AVX-512 without AVX512-BF16, no AMX), "
+                      "nothing else running, every method in one run ([its README](../results/leaderboard_smollm2/README.md))",
     ),
     Board(
         model="Gemma-3-270M",
