@@ -39,6 +39,7 @@ import warnings
 
 from lpes_harness.analysis.leaderboard import latency_label
 from lpes_harness.files import atomic_write_json
+from lpes_harness.models import machine_description
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [tokenizer(p, return_tensors="pt")["input_ids"].to(model.device) for p in prompts]
     lengths = [int(x.shape[1]) for x in inputs]
     print(f"{len(inputs)} prompts of {min(lengths)}-{max(lengths)} tokens, {args.new_tokens} new tokens, "
-          f"{args.repeats} repeats, {torch.get_num_threads()} threads", file=sys.stderr)
+          f"{args.repeats} repeats, {torch.get_num_threads()} threads, on {machine_description(str(model.device))}",
+          file=sys.stderr)
     methods = make_methods(model, tokenizer, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates,
                            args.poshidden_setting, args.string_offset)
 
@@ -306,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "threads": torch.get_num_threads(),
             "device": str(model.device),
+            "machine": machine_description(str(model.device)),
             "dtype": args.dtype,
             "model": args.pretrained or "bundled SmolLM2",
             "moice_gates": args.moice_gates,

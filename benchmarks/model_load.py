@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,18 +33,6 @@ def timed(function, repeats: int) -> float:
         function()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    kind = "AMX" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "AVX2 only"
-    return f"{name}, {os.cpu_count()} cores, {kind}"
 
 
 def model_rows(name: str, repeats: int) -> list[tuple[str, float]]:
@@ -92,11 +79,12 @@ def main(argv=None) -> int:
         import torch
 
         from lpes_harness._startup import install
+        from lpes_harness.models import machine_description
 
         install()  # our tasks in lm-eval's default index, as in a user's run (the .pth hook does the same)
 
         torch.set_num_threads(os.cpu_count() or 1)
-        print(cpu_name(), flush=True)
+        print(machine_description(), flush=True)
         rows = [row for name in args.models.split(",") for row in model_rows(name.strip(), args.repeats)]
         rows += task_index_rows(args.repeats)
     width = max(len(label) for label, _ in rows)

@@ -16,6 +16,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,44 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
 
 
+def cpu_kind(cpuinfo: str | None = None) -> str:
+    """The kind of CPU that sets this harness's speed, in the README's words: a 2-core SmolLM2 sample took
+    0.27 s with AMX, 1.0-1.2 s with avx512_bf16 and no AMX, 1.5-1.8 s in float32 with AVX-512 but no
+    avx512_bf16 (bfloat16 emulated there), and bfloat16 is slower still on AVX2 alone. Timings are only
+    compared within one kind, so every timed record names it."""
+    flags = cpu_flags(cpuinfo)
+    if not flags:
+        return "unknown CPU kind"
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16 without AMX"
+    if "avx512f" in flags:
+        return "AVX-512 without avx512_bf16"
+    return "AVX2 only" if "avx2" in flags else "no AVX2"
+
+
+def machine_description(device: str = "cpu", cpuinfo: str | None = None) -> str:
+    """What a timing ran on, for a run's record: the GPU's name on CUDA, else the CPU's model name, its
+    family and model numbers (two Xeons of one name can differ in kind), cores and :func:`cpu_kind`."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    numbers = f", family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields and "model" in fields else ""
+    return f"{name}{numbers}, {os.cpu_count()} cores, {cpu_kind(cpuinfo)}"
+
+
 # bfloat16 must beat float32 by this much to be chosen: where the two are close, float32 (exact) wins.
 BF16_MIN_SPEEDUP = 1.1
 
@@ -191,7 +230,7 @@ def auto_dtype(device: str) -> tuple[str, str]:
     if str(device).startswith("cuda"):
         return "bfloat16", "CUDA"
     if not cpu_has_native_bf16():
-        return "float32", "no native bfloat16 on this CPU"
+        return "float32", f"no native bfloat16 on this CPU ({cpu_kind()})"
     speedup = cpu_bf16_speedup()
     return ("bfloat16" if speedup >= BF16_MIN_SPEEDUP else "float32",
             f"native bfloat16 timed at {speedup:.2f}x float32's speed here")

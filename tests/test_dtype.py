@@ -94,8 +94,21 @@ def test_the_agreement_benchmarks_statistics():
 
 def test_a_run_says_why_auto_chose_its_dtype(monkeypatch):
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: False)
-    assert models.auto_dtype("cpu") == ("float32", "no native bfloat16 on this CPU")
+    monkeypatch.setattr(models, "cpu_kind", lambda cpuinfo=None: "AVX2 only")
+    assert models.auto_dtype("cpu") == ("float32", "no native bfloat16 on this CPU (AVX2 only)")
     assert models.auto_dtype("cuda:0") == ("bfloat16", "CUDA")
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
     monkeypatch.setattr(models, "cpu_bf16_speedup", lambda: 0.617)
     assert models.auto_dtype("cpu") == ("float32", "native bfloat16 timed at 0.62x float32's speed here")
+
+
+AVX512_NO_BF16 = "processor : 0\nflags : fpu avx2 avx512f avx512bw avx512_vnni\n"
+
+
+def test_each_cpu_kind_is_named_as_the_readme_times_it():
+    assert [models.cpu_kind(info) for info in (AMX, AVX512_BF16, AVX512_NO_BF16, AVX2, "")] == [
+        "AMX", "avx512_bf16 without AMX", "AVX-512 without avx512_bf16", "AVX2 only", "unknown CPU kind"]
+    info = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\ncpu family\t: 6\nmodel\t\t: 85\n" + AVX512_NO_BF16.split("\n", 1)[1]
+    described = models.machine_description("cpu", info)
+    assert described.startswith("Intel(R) Xeon(R), family 6 model 85, ")
+    assert described.endswith(" cores, AVX-512 without avx512_bf16")

@@ -421,6 +421,72 @@ def test_parts_of_a_position_task_are_joined_and_parts_without_samples_refused(t
         report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={rest}"], tmp_path / "c")
 
 
+def _suite_part(folder, date, correct_by_subject, first_doc=0, weight_by_size=True):
+    """One lm-eval run of a two-level multiple-choice suite (ceval_local -> stem -> subjects) over some
+    documents of each subject, with the group scores lm-eval makes (size-weighted, or plain, means)."""
+    folder.mkdir(parents=True)
+    mean = lambda values, sizes: (sum(v * n for v, n in zip(values, sizes)) / sum(sizes) if weight_by_size
+                                  else sum(values) / len(values))
+    results, counts = {}, {}
+    for subject, correct in correct_by_subject.items():
+        task = f"ceval_local_{subject}"
+        results[task] = {"acc,none": sum(correct) / len(correct), "acc_stderr,none": 0.1}
+        counts[task] = {"original": 99, "effective": len(correct)}
+        lines = [json.dumps({"doc_id": first_doc + i, "acc": float(c)}) for i, c in enumerate(correct)]
+        (folder / f"samples_{task}_{date}.jsonl").write_text("\n".join(lines) + "\n")
+    subjects = [f"ceval_local_{s}" for s in correct_by_subject]
+    sizes = [counts[t]["effective"] for t in subjects]
+    results["ceval_local_stem"] = {"acc,none": mean([results[t]["acc,none"] for t in subjects], sizes),
+                                   "sample_len": sum(sizes)}
+    results["ceval_local"] = {"acc,none": results["ceval_local_stem"]["acc,none"], "sample_len": sum(sizes)}
+    (folder / f"results_{date}.json").write_text(json.dumps({
+        "results": results, "n-samples": counts,
+        "group_subtasks": {"ceval_local": ["ceval_local_stem"], "ceval_local_stem": subjects}}))
+
+
+def test_a_multiple_choice_suite_run_in_parts_remakes_its_group_scores_from_the_joined_subjects(tmp_path):
+    """--limit 2, then the rest with --samples: the suite's scores (lm-eval's weight_by_size means of the
+    subjects) are those of one run over every question, and so is the paired test."""
+    whole = {"physics": [1, 0, 0, 1, 1, 1], "chemistry": [0, 0, 1]}
+    lpes = {"physics": [1, 1, 0, 1, 1, 0], "chemistry": [1, 0, 1]}
+    _suite_part(tmp_path / "whole", "2026-01-01T00-00-00.1", whole)
+    _suite_part(tmp_path / "first", "2026-01-01T00-00-00.2", {s: c[:2] for s, c in whole.items()})
+    _suite_part(tmp_path / "rest", "2026-01-02T00-00-00.3", {s: c[2:] for s, c in whole.items()}, first_doc=2)
+    _suite_part(tmp_path / "lpes", "2026-01-03T00-00-00.4", lpes)
+    one = report.write_report([f"vanilla={tmp_path / 'whole'}", f"LPES={tmp_path / 'lpes'}"], tmp_path / "a").read_text()
+    parts = report.write_report([f"vanilla={tmp_path / 'first'}", f"vanilla={tmp_path / 'rest'}",
+                                 f"LPES={tmp_path / 'lpes'}"], tmp_path / "b").read_text()
+    assert parts == one
+    assert _row(parts, "vanilla").startswith("| vanilla | 55.6 | 55.6 |")  # 5 of 9, not a mean of two parts' means
+    assert "(9 questions, 2 subjects)" in parts
+
+
+def test_a_plain_mean_group_in_parts_is_remade_as_a_plain_mean(tmp_path):
+    """A group without weight_by_size: its --limit part (subjects of one size) cannot tell, the rest can."""
+    _suite_part(tmp_path / "first", "2026-01-01T00-00-00.1", {"physics": [1, 1], "chemistry": [0, 0]}, weight_by_size=False)
+    _suite_part(tmp_path / "rest", "2026-01-02T00-00-00.2", {"physics": [1, 1, 1, 0], "chemistry": [1]}, first_doc=2,
+                weight_by_size=False)
+    text = report.write_report([f"x={tmp_path / 'first'}", f"x={tmp_path / 'rest'}"], tmp_path / "out").read_text()
+    assert _row(text, "x").startswith("| x | 58.3 | 58.3 |")  # (5/6 + 1/3) / 2, where size-weighting gives 6/9 = 66.7
+    # parts that cannot tell (one size, or subjects of one score) whose joined subjects differ in size: refused
+    _suite_part(tmp_path / "tied", "2026-01-03T00-00-00.3", {"physics": [1, 1, 1, 1], "chemistry": [1]}, first_doc=2)
+    with pytest.raises(ReportError, match="do not tell whether it weights its subtasks by size"):
+        report.write_report([f"x={tmp_path / 'first'}", f"x={tmp_path / 'tied'}"], tmp_path / "no")
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_group_whose_first_score_is_no_mean_of_its_subjects_is_refused_in_parts(tmp_path):
+    _suite_part(tmp_path / "first", "2026-01-01T00-00-00.1", {"physics": [1, 0], "chemistry": [0, 0]})
+    _suite_part(tmp_path / "rest", "2026-01-02T00-00-00.2", {"physics": [1], "chemistry": [1]}, first_doc=2)
+    record = tmp_path / "first" / "results_2026-01-01T00-00-00.1.json"
+    data = json.loads(record.read_text())
+    data["results"]["ceval_local_stem"]["acc,none"] = 0.9  # made some other way
+    record.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match="neither the size-weighted nor the plain mean of its subtasks'"):
+        report.write_report([f"x={tmp_path / 'first'}", f"x={tmp_path / 'rest'}"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_group_score_from_two_files_is_refused(tmp_path):
     for name, date in (("a", "2026-01-01T00-00-00.1"), ("b", "2026-01-02T00-00-00.2")):
         (tmp_path / name).mkdir()

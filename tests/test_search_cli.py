@@ -71,6 +71,9 @@ def test_a_search_writes_every_output_and_lpes_hf_reads_its_scales(single_run, c
     # The precision is recorded where the scales go (auto is float32 on a CPU without native bfloat16 ...
     assert config["model"]["dtype"] == saved["dtype"] and config["model"]["dtype_requested"] == "auto"
     assert saved["dtype"] in ("float32", "bfloat16")  # ... and bfloat16 where it is native)
+    from lpes_harness.models import machine_description
+
+    assert config["model"]["machine"] == machine_description("cpu")  # what the run's timings come from
 
 
 def test_an_existing_run_is_not_overwritten_by_accident(single_run, checkpoint):

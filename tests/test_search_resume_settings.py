@@ -150,3 +150,19 @@ def test_a_fresh_start_removes_the_old_runs_state_and_results_and_keeps_the_scor
     clear_run_state(tmp_path)
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert left == sorted(["config.json", "scores.cache.json", *caches])
+
+
+def test_a_resume_on_another_machine_says_so_in_its_entry(tmp_path):
+    """A run's timings compare only within one CPU kind: a resume elsewhere is written beside the first machine."""
+    from lpes_harness.search.run_record import write_config
+
+    path = tmp_path / "config.json"
+    settings = settings_record(parse_args([*CUSTOM, "--output", str(tmp_path)]))
+    first = {"command": "lpes-search ...", "settings": settings, "fingerprint": {}, "model": {"machine": "Xeon, AMX"}}
+    write_config(path, False, first)
+    write_config(path, True, {**first, "command": "lpes-search --resume"})  # the same machine: nothing to say
+    write_config(path, True, {**first, "command": "lpes-search --resume", "model": {"machine": "EPYC, AVX2 only"}})
+    record = json.loads(path.read_text())
+    assert record["model"]["machine"] == "Xeon, AMX"
+    assert ["machine" in entry for entry in record["resumes"]] == [False, True]
+    assert record["resumes"][1]["machine"] == "EPYC, AVX2 only"

@@ -67,6 +67,9 @@ class Method:
         self.samples: dict[str, dict[int, float]] = {}  # task -> doc_id -> score (--log_samples)
         self.records: dict[str, dict[int, dict]] = {}  # long-context task -> doc_id -> its metrics (--log_samples)
         self.files: list[Path] = []  # the results files read, in order
+        # group -> how every file that scored it could have made its score from its subtasks' ("size": their
+        # mean weighted by their sample counts, lm-eval's weight_by_size; "plain": their mean), to join parts
+        self.group_weighting: dict[str, set[str]] = {}
         self.model: str | None = None  # lm-eval's model name (config "model"), and its --model_args
         self.model_args: dict[str, Any] = {}
 
@@ -108,7 +111,8 @@ class Method:
         """Merge one results file. A task an earlier file of this method also scored is one task run in
         parts (``lm_eval --samples`` over different documents, or the same ones scored alike): its
         logged samples are joined and its scores become their means (every suite and position task
-        here aggregates by mean), its count their number; without logged samples it is refused."""
+        here aggregates by mean), its count their number; without logged samples it is refused. A group's
+        score (MMLU's, C-Eval's) is made again from its joined subtasks, the way its files made it."""
         repeated = {}
         for task, entry in data["results"].items():
             metrics = {key.split(",")[0]: float(value) for key, value in entry.items()
@@ -121,6 +125,9 @@ class Method:
         for group, subtasks in (data.get("group_subtasks") or {}).items():
             if subtasks:
                 self.suites.setdefault(group, list(subtasks))
+                if group in data["results"]:
+                    made = self.group_weighting.get(group, set(GROUP_MEANS))
+                    self.group_weighting[group] = made & group_weighting(data, group, subtasks)
         for task, config in (data.get("configs") or {}).items():
             self.task_metadata[task] = config.get("metadata") or {}
         config = data.get("config") or {}
@@ -152,7 +159,9 @@ class Method:
                 logged_here.add(task)
             self.files.append(file)
         for task, metrics in repeated.items():
-            self._rescore(task, metrics, file if task in logged_before & logged_here else None)
+            if task not in self.suites:
+                self._rescore(task, metrics, file if task in logged_before & logged_here else None)
+        self._rejoin_groups([task for task in repeated if task in self.suites])
 
     def _join(self, store: dict[str, dict[int, Any]], task: str, found: Mapping[int, Any], file: Path) -> None:
         """Add one file's samples of ``task``; a document both files scored must be scored alike."""
@@ -169,10 +178,6 @@ class Method:
         """A task scored by two files: its scores become the means of its joined samples, for each metric
         every sample logged (a multiple-choice subject logs only ``acc`` here: ``acc_norm`` is left out).
         ``logged``: the file, if both it and an earlier one logged their samples of the task."""
-        if task in self.suites:
-            raise ReportError(f"method {self.name!r}: the group {task} is scored by more than one results file "
-                              f"({', '.join(map(str, self.files))}); lm-eval's group score cannot be joined from "
-                              f"parts, so run a group with a score in one piece")
         joined = self.records.get(task) or {}
         if not joined and task in self.samples:
             metric = main_metric(self, task)[0]
@@ -183,6 +188,42 @@ class Method:
                               f"({', '.join(map(str, self.files))}), not all of which logged its samples "
                               f"(lm_eval --log_samples), so its parts cannot be joined; give one run per task")
         self.scores[task] = {name: sum(float(r[name]) for r in joined.values()) / len(joined) for name in names}
+
+    def _rejoin_groups(self, groups: Sequence[str]) -> None:
+        """Groups scored by two files: each score made again from its subtasks' joined scores, as lm-eval made
+        it in the group's files (a subgroup before the group above it)."""
+        pending = set(groups)
+        while pending:
+            for group in sorted(g for g in pending if not pending & set(self.suites[g])):
+                self._rejoin(group)
+                pending.discard(group)
+
+    def _rejoin(self, group: str) -> None:
+        made = self.group_weighting.get(group) or set()
+        subtasks = self.suites[group]
+        sizes = [self._size(task) for task in subtasks] if made else []
+        # Parts whose subtasks were all one size (a --limit run) cannot tell the two means apart; joined
+        # subtasks of one size need not.
+        if not made or (len(made) > 1 and len(set(sizes)) > 1):
+            raise ReportError(f"method {self.name!r}: the group {group} is scored by more than one results file "
+                              f"({', '.join(map(str, self.files))}), and its files' scores "
+                              + ("are neither the size-weighted nor the plain mean of its subtasks'" if not made else
+                                 "do not tell whether it weights its subtasks by size")
+                              + "; run the group in one piece")
+        weights = sizes if made == {"size"} else [1] * len(subtasks)
+        names = [name for name in self.scores[group]
+                 if name != "sample_len" and all(name in self.scores.get(task, {}) for task in subtasks)]
+        self.scores[group] = {name: sum(w * self.scores[task][name] for w, task in zip(weights, subtasks)) / sum(weights)
+                              for name in names}
+        self.scores[group]["sample_len"] = sum(sizes)
+
+    def _size(self, task: str) -> int:
+        """Samples a task holds once its parts are joined: a subtask's count, a group's ``sample_len``."""
+        size = self.scores.get(task, {}).get("sample_len") if task in self.suites else self.counts.get(task)
+        if not size:
+            raise ReportError(f"method {self.name!r}: {task}'s sample count is not in its results files, so the "
+                              f"group above it cannot be joined from parts; run the group in one piece")
+        return int(size)
 
     def check_parts(self) -> None:
         """Once every file of this method is read: a results file of a record kept in parts
@@ -198,6 +239,33 @@ class Method:
 
     def get(self, task: str, metric: str) -> float | None:
         return self.scores.get(task, {}).get(metric)
+
+
+GROUP_MEANS = ("size", "plain")
+
+
+def group_weighting(data: Mapping[str, Any], group: str, subtasks: Sequence[str]) -> set[str]:
+    """How one results file's score of ``group`` may have been made from its subtasks' (the file does not
+    say: lm-eval's ``weight_by_size`` lives in the group's YAML): "size", their mean weighted by their sample
+    counts, and "plain", their plain mean, whichever it equals (both where the subtasks are of one size;
+    none where neither, or the file lacks what tells)."""
+    results, counts = data["results"], data.get("n-samples") or {}
+
+    def size(task):
+        count = counts.get(task) or {}
+        return count.get("effective", count.get("original")) or (results.get(task) or {}).get("sample_len")
+
+    sizes = [size(task) for task in subtasks]
+    for key, value in results[group].items():
+        if (key.split(",")[0] == "sample_len" or any(s in key for s in SKIPPED_METRICS)
+                or not isinstance(value, (int, float)) or isinstance(value, bool)):
+            continue
+        values = [(results.get(task) or {}).get(key) for task in subtasks]
+        if any(not isinstance(v, (int, float)) for v in values) or not all(sizes):
+            return set()
+        means = {"size": sum(n * v for n, v in zip(sizes, values)) / sum(sizes), "plain": sum(values) / len(values)}
+        return {name for name, mean in means.items() if abs(mean - value) <= 1e-9 * max(1.0, abs(value))}
+    return set()
 
 
 def unmoved_layers(scales: Sequence[float], scaling: str) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
-from lpes_harness.models import auto_dtype, choose_dtype, default_device
+from lpes_harness.models import auto_dtype, choose_dtype, default_device, machine_description
 from lpes_harness.plots import plot_uniform_points
 from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
                                          SampleOrderCallback, load_checkpoint)
@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> dict:
             "conditions": [c.to_dict() for c in conditions] if several else None,
             "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
                       "model_args": args.model_args, "num_layers": n_layers,
-                      "dtype": args.dtype_chosen, "dtype_requested": args.dtype},
+                      "dtype": args.dtype_chosen, "dtype_requested": args.dtype,
+                      "machine": machine_description(str(lm.device))},  # timings compare within one CPU kind
             "chat_template": chat,
             "sweep": args.sweep_values, "lines": args.line_values, "heldout_samples": args.heldout_samples,
             "processes": context.world, "profile": args.profile,

@@ -82,6 +82,9 @@ def write_config(path: Path, resume: bool, record: dict) -> None:
                    if name in previous and previous[name] != value}
         if changed:
             entry["changed"] = changed
+        machine = (record.get("model") or {}).get("machine")
+        if machine and machine != (first.get("model") or {}).get("machine"):
+            entry["machine"] = machine  # the run's timings now span two machines
         first.setdefault("resumes", []).append(entry)
         first["settings"], first["fingerprint"] = record["settings"], record["fingerprint"]
         atomic_write_json(path, first)
