@@ -246,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     prompts = mdqa_prompts(args.samples, args.num_docs)
     inputs = [tokenizer(p, return_tensors="pt")["input_ids"].to(model.device) for p in prompts]
     lengths = [int(x.shape[1]) for x in inputs]
+    machine = machine_description(str(model.device))
     print(f"{len(inputs)} prompts of {min(lengths)}-{max(lengths)} tokens, {args.new_tokens} new tokens, "
-          f"{args.repeats} repeats, {torch.get_num_threads()} threads, on {machine_description(str(model.device))}",
-          file=sys.stderr)
+          f"{args.repeats} repeats, {torch.get_num_threads()} threads, on {machine}", file=sys.stderr)
     methods = make_methods(model, tokenizer, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates,
                            args.poshidden_setting, args.string_offset)
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "threads": torch.get_num_threads(),
             "device": str(model.device),
-            "machine": machine_description(str(model.device)),
+            "machine": machine,
             "dtype": args.dtype,
             "model": args.pretrained or "bundled SmolLM2",
             "moice_gates": args.moice_gates,

@@ -132,13 +132,18 @@ def hflm_model_args(pretrained, gguf_file: str | None, device: str | None) -> di
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def read_cpuinfo() -> str:
+    """``/proc/cpuinfo``'s text, empty where it cannot be read (not Linux)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The CPU's feature flags (``/proc/cpuinfo``; none where it cannot be read)."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return set()
+        cpuinfo = read_cpuinfo()
     flags = set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
@@ -180,10 +185,7 @@ def machine_description(device: str = "cpu", cpuinfo: str | None = None) -> str:
 
         return torch.cuda.get_device_name(torch.device(device))
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = read_cpuinfo()
     fields = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")

@@ -32,6 +32,14 @@ LONG_CONTEXT_PREFIXES = ("leval_", "zeroscrolls_")
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 
 
+def score_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
+    """One task's numbers in an lm-eval results entry, by metric name (``acc,none`` -> ``acc``), stderr and
+    labels left out."""
+    return {key.split(",")[0]: float(value) for key, value in entry.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and not any(s in key for s in SKIPPED_METRICS)}
+
+
 def result_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
@@ -115,9 +123,7 @@ class Method:
         score (MMLU's, C-Eval's) is made again from its joined subtasks, the way its files made it."""
         repeated = {}
         for task, entry in data["results"].items():
-            metrics = {key.split(",")[0]: float(value) for key, value in entry.items()
-                       if isinstance(value, (int, float)) and not isinstance(value, bool)
-                       and not any(s in key for s in SKIPPED_METRICS)}
+            metrics = score_metrics(entry)
             if self.scores.get(task) and metrics:
                 repeated[task] = metrics
             else:
@@ -256,12 +262,11 @@ def group_weighting(data: Mapping[str, Any], group: str, subtasks: Sequence[str]
         return count.get("effective", count.get("original")) or (results.get(task) or {}).get("sample_len")
 
     sizes = [size(task) for task in subtasks]
-    for key, value in results[group].items():
-        if (key.split(",")[0] == "sample_len" or any(s in key for s in SKIPPED_METRICS)
-                or not isinstance(value, (int, float)) or isinstance(value, bool)):
+    for name, value in score_metrics(results[group]).items():
+        if name == "sample_len":
             continue
-        values = [(results.get(task) or {}).get(key) for task in subtasks]
-        if any(not isinstance(v, (int, float)) for v in values) or not all(sizes):
+        values = [score_metrics(results.get(task) or {}).get(name) for task in subtasks]
+        if None in values or not all(sizes):
             return set()
         means = {"size": sum(n * v for n, v in zip(sizes, values)) / sum(sizes), "plain": sum(values) / len(values)}
         return {name for name, mean in means.items() if abs(mean - value) <= 1e-9 * max(1.0, abs(value))}
