@@ -91,12 +91,27 @@ def test_a_prompt_past_the_window_is_truncated_as_lm_eval_does_and_the_others_st
         assert other.is_greedy == one.is_greedy, pair
 
 
-def test_a_model_with_sliding_window_layers_scores_each_prompt_from_scratch(tmp_path):
-    model = tiny_gemma3()
-    model.save_pretrained(tmp_path)
+@pytest.mark.parametrize("scales", [None, "0.7;1.3;1;2.1"])
+def test_a_model_with_sliding_window_layers_shares_prefixes_and_keeps_its_window(tmp_path, scales):
+    # The prompts are several times the window (8): a cache that dropped the keys a window drops
+    # could not be cut back and extended, and one that let sliding layers see past the window
+    # would score otherwise than each prompt alone (HFLM's path, the window applied by the mask).
+    tiny_gemma3().save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
-    lm = LPESLM(pretrained=str(tmp_path), device="cpu", dtype="float32")
-    assert answer_logits.prefix_cache(lm) is None  # its window's cache cannot be cut back and extended
+    lm = LPESLM(pretrained=str(tmp_path), device="cpu", dtype="float32", scales=scales)
+    pairs = position_pairs()
+    assert all(len(lm._encode_pair(c, a)[0]) > 3 * lm.model.config.sliding_window for c, a in pairs[:6])
+    shared, tokens = tokens_run(lm, pairs)
+    for pair, one, other in zip(pairs, each_alone(lm, pairs), shared):
+        assert other.logprob == pytest.approx(one.logprob, abs=1e-5), pair
+        assert other.is_greedy == one.is_greedy, pair
+    full_tokens = sum(len(lm._encode_pair(c, a)[0]) + len(lm._encode_pair(c, a)[1]) - 1 for c, a in dict(pairs).items())
+    assert tokens < 0.8 * full_tokens
+
+
+def test_a_cache_of_another_layer_kind_scores_each_prompt_from_scratch(checkpoint, monkeypatch):
+    lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
+    monkeypatch.setattr(answer_logits, "prefix_cache", lambda lm: None)  # as for linear-attention layers
     pairs = position_pairs()
     shared, tokens = tokens_run(lm, pairs)
     for pair, one, other in zip(pairs, each_alone(lm, pairs), shared):

@@ -90,9 +90,27 @@ def test_sampling_keeps_hflms_path_and_says_why(checkpoint, caplog):
     assert "each prompt runs whole (HFLM's path): sampling" in caplog.text
 
 
-def test_sliding_window_layers_keep_hflms_path(tmp_path):
+@pytest.mark.parametrize("scales", [None, "1.0;2.5;0.7;1.6"])
+def test_sliding_window_layers_share_prefixes_and_keep_their_window(tmp_path, scales):
+    # The document is many windows (8) long: the shared cache keeps every layer's keys and the
+    # window is kept by the mask, so the continuations are HFLM's, whole prompt by whole prompt.
     tiny_gemma3().save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
-    lm = LPESLM(pretrained=str(tmp_path), device="cpu", dtype="float32", prefix_cache=True)
-    assert why_not_shared(lm, requests()) == "this model's KV cache cannot be cut back (sliding-window layers)"
-    assert lm.generate_until(requests(), disable_tqdm=True) == HFLM.generate_until(lm, requests(), disable_tqdm=True)
+    lm = LPESLM(pretrained=str(tmp_path), device="cpu", dtype="float32", prefix_cache=True, scales=scales)
+    assert why_not_shared(lm, requests()) is None
+    assert len(lm.tok_encode(DOCUMENT)) > 10 * lm.model.config.sliding_window
+    shared, shared_tokens = tokens_run(lm, lambda: lm.generate_until(requests(), disable_tqdm=True))
+    whole, whole_tokens = tokens_run(lm, lambda: HFLM.generate_until(lm, requests(), disable_tqdm=True))
+    assert shared == whole and any(whole)
+    assert shared_tokens <= whole_tokens - 3 * (len(lm.tok_encode(DOCUMENT)) - 1)
+
+
+def test_a_cache_that_cannot_be_cut_back_keeps_hflms_path(checkpoint, monkeypatch, caplog):
+    from lpes_harness.lmeval import prefix_generation
+
+    monkeypatch.setattr(prefix_generation, "prefix_cache", lambda lm: None)  # as for linear-attention layers
+    lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32", prefix_cache=True)
+    assert why_not_shared(lm, requests()) == "this model's KV cache cannot be cut back (a layer that is not attention)"
+    with caplog.at_level(logging.WARNING):
+        assert lm.generate_until(requests(), disable_tqdm=True) == HFLM.generate_until(lm, requests(), disable_tqdm=True)
+    assert "each prompt runs whole (HFLM's path): this model's KV cache" in caplog.text

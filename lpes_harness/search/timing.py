@@ -73,7 +73,7 @@ def heldout_share(fitness, samples: int = 4) -> float:
     The table scores a sample at every gold position together, and those prompts share their text up to
     the gold item (:func:`lpes_harness.lmeval.answer_logits.shared_token_fraction`). Counted on the first
     ``samples`` of the search split of each condition, built as the held-out ones are; 1 where the
-    scorer shares nothing (a batch of several prompts a forward, a generate fitness, a sliding window)."""
+    scorer shares nothing (a batch of several prompts a forward, a generate fitness)."""
     from lpes_harness.lmeval.answer_logits import resolve_batch_size, shared_token_fraction
 
     parts = list(getattr(fitness, "parts", {"": fitness}).values())
