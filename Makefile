@@ -56,8 +56,12 @@ demo: setup
 	    --scales reference=$(REFERENCE) --no-pi --num-samples 30 --dtype $(DEMO_DTYPE) \
 	    --reuse-scores results/demo --output results/demo/vs_reference
 
+# TEST_WORKERS: pytest-xdist processes, one a core of a 2-core machine (tests/conftest.py gives each its
+# share of torch threads); a test file stays in one worker, so its module fixtures are built once.
+# Much of the suite is single-threaded start-up (the lm_eval and search command lines it runs).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -ra --durations=15 tests
+	$(BIN)/python -m pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: setup
 	$(BIN)/python benchmarks/overhead.py

@@ -9,12 +9,23 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # A session converts each real GGUF once into a cache of its own (lpes_harness.gguf_cache), which its
 # subprocesses share: so every run of the suite runs the conversion, and no test reads or fills ~/.cache.
-_GGUF_CACHE = tempfile.mkdtemp(prefix="lpes-test-cache-")
-os.environ.setdefault("LPES_CACHE_DIR", _GGUF_CACHE)
+# Under pytest-xdist the workers inherit the controller's folder (its conftest runs first), and only the
+# controller removes it: a worker that finished first must not delete what another still reads.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_GGUF_CACHE = None if _WORKER else tempfile.mkdtemp(prefix="lpes-test-cache-")
+if _GGUF_CACHE:
+    os.environ.setdefault("LPES_CACHE_DIR", _GGUF_CACHE)
+
+if _WORKER:
+    # `make test` runs one worker a core: each worker (and the CLIs its tests start) takes its share of
+    # the cores, so that two forwards do not fight over both (torch reads this when it is imported).
+    _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_GGUF_CACHE, ignore_errors=True)
+    if _GGUF_CACHE:
+        shutil.rmtree(_GGUF_CACHE, ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

