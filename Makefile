@@ -57,11 +57,13 @@ demo: setup
 	    --reuse-scores results/demo --output results/demo/vs_reference
 
 # TEST_WORKERS: pytest-xdist processes, one a core of a 2-core machine (tests/conftest.py gives each its
-# share of torch threads); a test file stays in one worker, so its module fixtures are built once.
+# share of torch threads); a test file stays in one worker, so its module fixtures are built once, and
+# files go out in conftest's order, the real-model ones first (xdist's default sends files with the most
+# tests first, which left the few-test, minutes-long real-model files to the end, one worker idle).
 # Much of the suite is single-threaded start-up (the lm_eval and search command lines it runs).
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 bench: setup
 	$(BIN)/python benchmarks/overhead.py

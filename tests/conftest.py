@@ -27,6 +27,14 @@ def pytest_sessionfinish(session, exitstatus):
     if _GGUF_CACHE:
         shutil.rmtree(_GGUF_CACHE, ignore_errors=True)
 
+
+def pytest_collection_modifyitems(items):
+    # The files that load a real model (a `slow` test) go first, each whole and in its own order: under
+    # xdist (`make test`, --no-loadscope-reorder) the workers take files in this order, so the long ones
+    # start while the other worker has work, and the suite does not end on one of them run alone.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keep pytest's order
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
