@@ -136,9 +136,10 @@ def main(argv=None) -> int:
     device = torch.device(lm.device)
     tokens = DecoderTokens(lm.model)
 
-    # The two implementations LPESLM.generate_until chooses between by `prefix_cache`.
-    paths = {"each whole": lambda: HFLM.generate_until(lm, requests, disable_tqdm=True),
-             "shared prefixes": lambda: generate_sharing_prefixes(lm, requests, disable_tqdm=True)}
+    # The two implementations LPESLM.generate_until chooses between by `prefix_cache`, each with its
+    # progress bar on stderr (a path of Gemma-3 on L-Eval runs for minutes: silence would look like a hang).
+    paths = {"each whole": lambda: HFLM.generate_until(lm, requests, disable_tqdm=False),
+             "shared prefixes": lambda: generate_sharing_prefixes(lm, requests, disable_tqdm=False)}
 
     def run(method):
         tokens.count = 0
