@@ -307,8 +307,10 @@ def prefix_cache(lm):
     built without the config makes full layers): the window still holds, because the model masks
     a sliding layer's attention by absolute position whatever the cache keeps. It costs the memory
     of the keys a window would drop, as a model without windows keeps them (Gemma-3 270M, 18 layers
-    of one 256-wide key and value head: about 37 MB a 1,000 tokens in float32). Other layer kinds
-    (linear attention, static caches) give None."""
+    of one 256-wide key and value head: about 37 MB a 1,000 tokens in float32). transformers gives
+    chunked-attention layers (Llama-4's) the same cache class, masked by absolute position too; they
+    are not tested here. Other layer kinds give None: linear-attention and hybrid layers (a recurrent
+    state, not keys), indexed attention (a second key cache this does not cut) and shared-KV layers."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
