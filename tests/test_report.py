@@ -5,6 +5,7 @@ import json
 import pytest
 
 from lpes_harness import report
+from lpes_harness.analysis import results_files
 from lpes_harness.analysis.search_history import ReportError, history_by_generation, population_stats, read_history
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -473,6 +474,30 @@ def test_a_plain_mean_group_in_parts_is_remade_as_a_plain_mean(tmp_path):
     with pytest.raises(ReportError, match="do not tell whether it weights its subtasks by size"):
         report.write_report([f"x={tmp_path / 'first'}", f"x={tmp_path / 'tied'}"], tmp_path / "no")
     assert not (tmp_path / "no").exists()
+
+
+def test_a_group_in_parts_is_checked_against_its_subjects_scores_of_the_same_filter(tmp_path):
+    """A subject that also reports another filter of the group's metric (``acc,strict``, written after
+    ``acc,none``) must not stand in for the ``acc,none`` the group averaged."""
+    _suite_part(tmp_path / "first", "2026-01-01T00-00-00.1", {"physics": [1, 0], "chemistry": [0, 0]})
+    _suite_part(tmp_path / "rest", "2026-01-02T00-00-00.2", {"physics": [1, 1, 0], "chemistry": [1]}, first_doc=2)
+    for record in (tmp_path / "first").glob("results_*.json"), (tmp_path / "rest").glob("results_*.json"):
+        record = next(record)
+        data = json.loads(record.read_text())
+        for task, entry in data["results"].items():
+            if task.startswith("ceval_local_") and task != "ceval_local_stem":
+                entry["acc,strict"] = 0.0
+        record.write_text(json.dumps(data))
+    text = report.write_report([f"x={tmp_path / 'first'}", f"x={tmp_path / 'rest'}"], tmp_path / "out").read_text()
+    assert _row(text, "x").startswith("| x | 50.0 | 50.0 |")  # 4 of 8 questions, weighted by size
+    one_file = results_files.load_methods([f"y={tmp_path / 'first'}"])[0]
+    assert one_file.get("ceval_local_physics", "acc") == 0.5  # the unfiltered score, not strict-match's 0
+
+
+def test_score_metrics_takes_the_unfiltered_score_else_the_first_filter():
+    entry = {"acc,strict": 0.1, "acc,none": 0.2, "exact_match,strict": 0.3, "exact_match,flexible": 0.4,
+             "acc_stderr,none": 0.01, "alias": "x"}
+    assert results_files.score_metrics(entry) == {"acc": 0.2, "exact_match": 0.3}
 
 
 def test_a_group_whose_first_score_is_no_mean_of_its_subjects_is_refused_in_parts(tmp_path):

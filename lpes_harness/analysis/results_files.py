@@ -32,12 +32,23 @@ LONG_CONTEXT_PREFIXES = ("leval_", "zeroscrolls_")
 SKIPPED_METRICS = ("_stderr", "alias", "samples")
 
 
-def score_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
-    """One task's numbers in an lm-eval results entry, by metric name (``acc,none`` -> ``acc``), stderr and
-    labels left out."""
-    return {key.split(",")[0]: float(value) for key, value in entry.items()
+def filtered_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
+    """One task's numbers in an lm-eval results entry, by lm-eval's key (metric and filter, ``acc,none``),
+    stderr and labels left out."""
+    return {key: float(value) for key, value in entry.items()
             if isinstance(value, (int, float)) and not isinstance(value, bool)
             and not any(s in key for s in SKIPPED_METRICS)}
+
+
+def score_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
+    """One task's numbers by metric name (``acc,none`` -> ``acc``), as the tables show them. Of a metric
+    under several filters, the unfiltered one (``none``), else the first lm-eval wrote."""
+    metrics: dict[str, float] = {}
+    for key, value in filtered_metrics(entry).items():
+        name, _, filter_name = key.partition(",")
+        if name not in metrics or filter_name == "none":
+            metrics[name] = value
+    return metrics
 
 
 def result_files(path: Path) -> list[Path]:
@@ -262,10 +273,12 @@ def group_weighting(data: Mapping[str, Any], group: str, subtasks: Sequence[str]
         return count.get("effective", count.get("original")) or (results.get(task) or {}).get("sample_len")
 
     sizes = [size(task) for task in subtasks]
-    for name, value in score_metrics(results[group]).items():
-        if name == "sample_len":
+    # By metric and filter: a subtask's other filter of the same metric (strict-match beside none) is
+    # another number, which the group's does not average.
+    for key, value in filtered_metrics(results[group]).items():
+        if key.split(",")[0] == "sample_len":
             continue
-        values = [score_metrics(results.get(task) or {}).get(name) for task in subtasks]
+        values = [filtered_metrics(results.get(task) or {}).get(key) for task in subtasks]
         if None in values or not all(sizes):
             return set()
         means = {"size": sum(n * v for n, v in zip(sizes, values)) / sum(sizes), "plain": sum(values) / len(values)}
