@@ -110,7 +110,8 @@ def test_a_cache_that_cannot_be_cut_back_keeps_hflms_path(checkpoint, monkeypatc
 
     monkeypatch.setattr(prefix_generation, "prefix_cache", lambda lm: None)  # as for linear-attention layers
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32", prefix_cache=True)
-    assert why_not_shared(lm, requests()) == "this model's KV cache cannot be cut back (a layer that is not attention)"
+    assert why_not_shared(lm, requests()) == ("this model's KV cache cannot be cut back "
+                                              "(a layer keeps a recurrent state, a key index or another layer's keys)")
     with caplog.at_level(logging.WARNING):
         assert lm.generate_until(requests(), disable_tqdm=True) == HFLM.generate_until(lm, requests(), disable_tqdm=True)
     assert "each prompt runs whole (HFLM's path): this model's KV cache" in caplog.text

@@ -18,8 +18,9 @@ batch size 1 to float rounding of the shorter forwards, not bit for bit, hence o
 
 Where sharing cannot apply, :func:`why_not_shared` says why and the caller keeps HFLM's path:
 sampling or beams, a thinking model (HFLM strips its end token), a seq2seq model, or a model whose
-KV cache cannot be cut back (a layer that is not attention). Sliding-window layers share: the cache
-keeps their old keys and the mask keeps their window (:func:`prefix_cache`).
+KV cache cannot be cut back (a layer keeps a recurrent state, a key index or another layer's keys).
+Sliding-window layers share: the cache keeps their old keys and the mask keeps their window
+(:func:`prefix_cache`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def why_not_shared(lm, requests: Sequence) -> str | None:
     if not all(_greedy(normalize_gen_kwargs(dict(request.args[1]), lm.max_gen_toks)) for request in requests):
         return "sampling or beam search (only greedy decoding is shared)"
     if prefix_cache(lm) is None:
-        return "this model's KV cache cannot be cut back (a layer that is not attention)"
+        return ("this model's KV cache cannot be cut back "
+                "(a layer keeps a recurrent state, a key index or another layer's keys)")
     return None
 
 
