@@ -52,3 +52,14 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def converted_bundled_model() -> str:
+    """The folder this package's GGUF cache converts the bundled SmolLM2 into, for plain ``hf``: the GGUF's
+    logits bit for bit (tests/test_gguf_cache.py), where ``hf`` on the GGUF would dequantize it again (~25 s)."""
+    from lpes_harness.gguf_cache import loadable
+    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+
+    folder, gguf_file = loadable(bundled_model_dir(), BUNDLED_GGUF)
+    assert gguf_file is None, "the GGUF cache did not convert the bundled model"
+    return folder

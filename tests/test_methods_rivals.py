@@ -16,6 +16,7 @@ import pytest
 import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
+from conftest import converted_bundled_model
 from tiny_models import random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
 from lpes_harness.methods import fitm, poshidden, poshidden_channel, string_shift
@@ -473,14 +474,8 @@ def _lm_eval_answers(tmp_path, model: str, model_args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def vanilla_multi_needle(tmp_path_factory):
-    from lpes_harness.gguf_cache import loadable
-    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
-
-    # Plain `hf` on the folder the rivals load too (the GGUF's weights bit for bit, tests/test_gguf_cache.py),
-    # not the GGUF itself, which `hf` would dequantize again (~25 s).
-    folder, gguf_file = loadable(bundled_model_dir(), BUNDLED_GGUF)
-    assert gguf_file is None
-    return _lm_eval_answers(tmp_path_factory.mktemp("vanilla"), "hf", f"pretrained={folder}")
+    # Plain `hf` on the folder the rivals load too, not on the GGUF itself.
+    return _lm_eval_answers(tmp_path_factory.mktemp("vanilla"), "hf", f"pretrained={converted_bundled_model()}")
 
 
 @pytest.mark.slow

@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, converted_bundled_model
 
-from lpes_harness.gguf_cache import loadable
-from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
 from lpes_harness.tasks.kv_retrieval import KV_RETRIEVAL
 from lpes_harness.tasks.mdqa import MDQA
 from lpes_harness.tasks.position import build_docs, resolve_options
@@ -19,11 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_lm_eval_cli_runs_kv_retrieval_and_mdqa_by_position(tmp_path):
-    # Plain `hf` on the bundled GGUF as this package's cache converted it (the same logits bit for bit,
-    # tests/test_gguf_cache.py): reading the GGUF itself would dequantize it again, ~25 s of this test.
-    folder, gguf_file = loadable(bundled_model_dir(), BUNDLED_GGUF)
-    assert gguf_file is None
-    model_args = f"pretrained={folder},dtype=float32"
+    model_args = f"pretrained={converted_bundled_model()},dtype=float32"
     command = [
         sys.executable, "-m", "lm_eval", "run",
         "--model", "hf", "--model_args", model_args, "--device", "cpu",
