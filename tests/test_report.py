@@ -494,10 +494,23 @@ def test_a_group_in_parts_is_checked_against_its_subjects_scores_of_the_same_fil
     assert one_file.get("ceval_local_physics", "acc") == 0.5  # the unfiltered score, not strict-match's 0
 
 
-def test_score_metrics_takes_the_unfiltered_score_else_the_first_filter():
+def test_score_metrics_names_the_unfiltered_score_else_the_first_and_keeps_every_other_filter():
     entry = {"acc,strict": 0.1, "acc,none": 0.2, "exact_match,strict": 0.3, "exact_match,flexible": 0.4,
-             "acc_stderr,none": 0.01, "alias": "x"}
-    assert results_files.score_metrics(entry) == {"acc": 0.2, "exact_match": 0.3}
+             "f1,none": 0.5, "acc_stderr,none": 0.01, "alias": "x"}
+    metrics = results_files.score_metrics(entry)
+    assert metrics == {"acc": 0.2, "exact_match": 0.3, "f1": 0.5, "acc (strict)": 0.1, "exact_match (flexible)": 0.4}
+    assert list(metrics)[:3] == ["acc", "exact_match", "f1"]  # plain names first: a task's first metric is one
+
+
+def test_a_task_scored_under_two_filters_shows_both_in_the_report(tmp_path):
+    """gsm8k-style tasks score one metric under strict-match and flexible-extract: both are rows."""
+    for name, (strict, flexible) in {"a": (0.25, 0.5), "b": (0.5, 0.75)}.items():
+        (tmp_path / name).mkdir()
+        entry = {"exact_match,strict-match": strict, "exact_match,flexible-extract": flexible}
+        (tmp_path / name / "results.json").write_text(json.dumps({"results": {"gsm": entry}, "config": {"model": "hf"}}))
+    text = report.write_report([f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"], tmp_path / "out").read_text()
+    assert _row(text, "gsm / exact_match").startswith("| gsm / exact_match | 25.0 | 50.0 |")
+    assert _row(text, "gsm / exact_match (flexible-extract)").startswith("| gsm / exact_match (flexible-extract) | 50.0 | 75.0 |")
 
 
 def test_a_group_whose_first_score_is_no_mean_of_its_subjects_is_refused_in_parts(tmp_path):

@@ -41,13 +41,18 @@ def filtered_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
 
 
 def score_metrics(entry: Mapping[str, Any]) -> dict[str, float]:
-    """One task's numbers by metric name (``acc,none`` -> ``acc``), as the tables show them. Of a metric
-    under several filters, the unfiltered one (``none``), else the first lm-eval wrote."""
-    metrics: dict[str, float] = {}
+    """One task's numbers by metric name (``acc,none`` -> ``acc``), as the tables show them. A metric under
+    several filters is shown once by its name, the unfiltered one (``none``), else the first lm-eval wrote;
+    each other filter by name and filter (``exact_match (flexible-extract)``), so that none is lost."""
+    by_name: dict[str, dict[str, float]] = {}
     for key, value in filtered_metrics(entry).items():
         name, _, filter_name = key.partition(",")
-        if name not in metrics or filter_name == "none":
-            metrics[name] = value
+        by_name.setdefault(name, {})[filter_name] = value
+    shown = {name: "none" if "none" in filters else next(iter(filters)) for name, filters in by_name.items()}
+    # Names first: a caller that takes a task's first metric gets a plain name.
+    metrics = {name: filters[shown[name]] for name, filters in by_name.items()}
+    metrics.update({f"{name} ({filter_name})": value for name, filters in by_name.items()
+                    for filter_name, value in filters.items() if filter_name != shown[name]})
     return metrics
 
 
