@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from tiny_models import random_ids, tiny_family_model
+from tiny_models import cached_and_recomputed_greedy, logits, random_ids, tiny_family_model
 
 from lpes_harness import rope, rope_anatomy
 from lpes_harness.methods import buckets, moice, mspoe
@@ -154,11 +154,6 @@ def build(family: Family, seed: int = 0):
     return model
 
 
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits
-
-
 def mixed_scales(family: Family) -> list[float]:
     # 1.7 on a sliding and a full layer of Gemma-3 (one scale, two calls), a 1.0 and a < 1 layer.
     scales = [1.7, 1.0, 0.8, 1.7]
@@ -255,14 +250,8 @@ def test_mixed_scales_match_the_independent_reference(family):
 def test_cached_greedy_generation_equals_full_recomputation(family):
     model = build(family)
     rope.install(model, mixed_scales(family))
-    prompt = random_ids(20)
-    with torch.no_grad():
-        cached = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)
-    ids = prompt
-    for _ in range(12):
-        next_id = logits(model, ids, use_cache=False)[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, next_id], dim=1)
-    assert torch.equal(cached, ids)
+    cached, recomputed = cached_and_recomputed_greedy(model, random_ids(20))
+    assert torch.equal(cached, recomputed)
 
 
 @pytest.mark.parametrize("family", ids_of(SUPPORTED))

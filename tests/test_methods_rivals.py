@@ -17,7 +17,7 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 from conftest import converted_bundled_model
-from tiny_models import random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
+from tiny_models import logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
 from lpes_harness.methods import fitm, poshidden, poshidden_channel, string_shift
 from lpes_harness.methods.arguments import MethodError
@@ -30,11 +30,6 @@ DUMMY = [5, 6, 7]
 
 def build(arch: str, **kwargs):
     return tiny_gemma3(**kwargs) if arch == "gemma3" else tiny_model(arch, **kwargs)
-
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits
 
 
 def left_padded(length=24, batch=2, pad=4):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import random_ids, tiny_model
+from tiny_models import logits, random_ids, tiny_model
 
 from lpes_harness.methods import METHODS, by_lm_eval, lm_eval_models, run_of
 
@@ -27,11 +27,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "baselines.md"
 BEGIN = "<!-- the table of methods: written by python tests/test_methods_table.py -->"
 END = "<!-- end of the table of methods -->"
 ARCHS = ("llama", "qwen2", "mistral")
-
-
-def logits(model, ids):
-    with torch.no_grad():
-        return model(ids).logits
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

@@ -6,17 +6,12 @@ import math
 import pytest
 import torch
 from test_families import BY_NAME, LENGTH, build, reference_logits
-from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3_multimodal, tiny_model
+from tiny_models import ARCHITECTURES, cached_and_recomputed_greedy, logits, random_ids, tiny_gemma3_multimodal, tiny_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lpes_harness import rope, rope_anatomy
 
 MIXED = [1.0, 1.7, 0.8, 2.5]  # one per tiny layer; includes a 1.0 layer and a < 1 layer
-
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(ids, **kwargs).logits
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -90,15 +85,8 @@ def test_eager_and_sdpa_agree_under_lpes(arch):
 def test_cached_generation_equals_full_recomputation(arch):
     model = tiny_model(arch)
     rope.install(model, MIXED)
-    prompt = random_ids(20)
-    with torch.no_grad():
-        cached = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True, pad_token_id=0)
-    # Full recomputation: one whole forward per new token, no cache at all.
-    ids = prompt
-    for _ in range(12):
-        next_id = logits(model, ids, use_cache=False)[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, next_id], dim=1)
-    assert torch.equal(cached, ids)
+    cached, recomputed = cached_and_recomputed_greedy(model, random_ids(20))
+    assert torch.equal(cached, recomputed)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

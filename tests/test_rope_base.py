@@ -4,8 +4,7 @@ All factors 1 reproducing the logits exactly is test_rope.py's test, for both sc
 
 import pytest
 import torch
-from test_rope import logits
-from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3, tiny_model
+from tiny_models import ARCHITECTURES, logits, random_ids, tiny_gemma3, tiny_model
 
 from lpes_harness import rope
 from lpes_harness.rope_anatomy import LPESError

@@ -9,10 +9,11 @@ import json
 
 import pytest
 import torch
-from test_rope import count_rotary_computations, logits
+from test_rope import count_rotary_computations
 from tiny_models import (
     ARCHITECTURES,
     GEMMA3_TYPES,
+    logits,
     random_ids,
     save_tiny_checkpoint,
     tiny_family_model,

@@ -49,6 +49,24 @@ def random_ids(length: int, batch: int = 1, seed: int = 1, vocab: int = 96) -> t
     return torch.randint(3, vocab, (batch, length), generator=generator)
 
 
+def logits(model, ids, **kwargs) -> torch.Tensor:
+    """One forward's logits, without autograd."""
+    with torch.no_grad():
+        return model(ids, **kwargs).logits
+
+
+def cached_and_recomputed_greedy(model, prompt: torch.Tensor, new_tokens: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy continuations of ``prompt`` two ways: ``generate`` on its KV cache, and one whole forward per
+    new token with no cache at all (the paper's claim: the two agree)."""
+    with torch.no_grad():
+        cached = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, use_cache=True, pad_token_id=0)
+    ids = prompt
+    for _ in range(new_tokens):
+        next_id = logits(model, ids, use_cache=False)[:, -1].argmax(-1, keepdim=True)
+        ids = torch.cat([ids, next_id], dim=1)
+    return cached, ids
+
+
 def tiny_tokenizer():
     """A character-level fast tokenizer built in code (ids < 96, like the tiny models)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
