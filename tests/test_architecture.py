@@ -162,9 +162,9 @@ LAYER_OF = {
         "search.sample_order", "search.selection", "search.sweep", "search.timing", "search.uniform_tuning",
         "search.validate",
     ), "search"),
-    # entry points: lpes-search (run, its parser cli), lpes-report, lpes-check (validity), python -m ...
+    # entry points: lpes-search (run, its parser cli, its --status), lpes-report, lpes-check (validity), python -m ...
     **dict.fromkeys((
-        "report", "search.run", "search.cli", "search.tune_baselines", "analysis.attention", "analysis.rsm",
+        "report", "search.run", "search.cli", "search.status", "search.tune_baselines", "analysis.attention", "analysis.rsm",
         "analysis.validity", "tasks.__main__",
         "analysis.leaderboard", "analysis.leaderboard_boards",  # the leaderboard page, and the tables it ranks
     ), "commands"),

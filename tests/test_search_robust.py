@@ -103,6 +103,48 @@ def test_a_finished_run_resumes_with_its_folder_alone_and_scores_nothing_again(r
     assert result["fitness_evaluations"] == 0  # every individual, uniform factor and validation score is on disk
 
 
+def _status(output, capsys):
+    from lpes_harness.search.run import main
+
+    main(["--status", "--output", str(output)])
+    return capsys.readouterr().out
+
+
+def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, tmp_path, capsys):
+    import shutil
+
+    _, output, _ = robust_run
+    before = {p: p.stat().st_mtime_ns for p in output.rglob("*")}
+    text = _status(output, capsys)
+    assert before == {p: p.stat().st_mtime_ns for p in output.rglob("*")}  # read only
+    for stage in ("sweep: done", "genetic search: done, generation 1 of 1 complete", "uniform factors: done",
+                  "validation: done", "held-out table: done, 2 conditions"):
+        assert stage in text, (stage, text)
+    assert "finished: lm_eval --model lpes_hf" in text
+    # The same run as it stood during its uniform factors: their journal, no later stage's file.
+    mid = tmp_path / "mid"
+    shutil.copytree(output, mid)
+    for name in ("uniform.json", "selection.json", "result.json"):
+        (mid / name).unlink()
+    shutil.rmtree(mid / "validation")
+    shutil.rmtree(mid / "heldout")
+    journal = (mid / "uniform_tuning.jsonl").read_text().splitlines()
+    (mid / "uniform_tuning.jsonl").write_text(journal[0] + "\n")
+    text = _status(mid, capsys)
+    assert "uniform factors: under way, 1 factor(s) scored" in text
+    assert "validation: not started" in text and "held-out table: not started" in text
+    assert f"not finished: lpes-search --resume --output {mid}" in text
+
+
+def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
+    from lpes_harness.search.run import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--status", "--output", str(tmp_path / "none")])
+    assert stop.value.code == 2 and "no run in" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 def test_auto_picks_the_robust_profiles_for_the_packaged_models():
     assert parse_args([]).profile == "robust-smollm2"
     smollm2 = parse_args([])

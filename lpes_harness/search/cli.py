@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the run in --output where it stopped, with its own settings (read from its "
                           "config.json): no other flag is needed; one given again must keep its value, except "
                           "--generations, which may grow")
+    out.add_argument("--status", action="store_true",
+                     help="print where the run in --output stands, stage by stage (sweep, genetic search, uniform "
+                          "factors, validation, held-out table), from its files alone, and exit: no model is loaded, "
+                          "nothing is written; safe while the run goes on in another shell")
     out.add_argument("--overwrite", action="store_true",
                      help="start afresh even if --output holds a run: its checkpoint, journals, results, tables and "
                           "plots are removed first; score caches stay (keyed by scales, checked against task and model)")
@@ -237,7 +241,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # Flags that say how to run this command, not what the run is: never saved, never restored.
-NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress"})
+NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress", "status"})
 RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
 
 
@@ -387,6 +391,8 @@ def _check(args) -> None:
         raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite contradict each other")
+    if args.status and (args.resume or args.overwrite):
+        raise ValueError("--status only reads the run folder: give it without --resume or --overwrite")
 
 
 def _drop_profile_conditions_for_another_task(args, profile: str) -> None:

@@ -398,6 +398,14 @@ def load_lm(args):
 def main(argv=None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parse_args(argv)
+    if args.status:
+        from lpes_harness.search.status import run_status
+
+        try:
+            print("\n".join(run_status(run_folder(args))))
+        except ValueError as err:
+            fail(str(err))
+        return
     run(args)
 
 

@@ -1,0 +1,137 @@
+"""``lpes-search --status --output DIR``: where a run stands, read from its folder alone.
+
+A robust search runs for hours in stages (sweep, genetic search, uniform factors, validation,
+held-out table), each resumable from its own file. This reads those files, loads no model and
+writes nothing, so it can be asked while the run goes on in another shell, or after a kill, to
+decide whether ``--resume`` is needed and what is left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lpes_harness.files import read_jsonl
+from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
+from lpes_harness.search.cli import RUN_RECORD
+
+NOT_STARTED = "not started"
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None  # missing, or cut off by a kill mid-write (atomic writes make that rare)
+    return data if isinstance(data, dict) else None
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def _sweep_line(folder: Path, record: dict) -> str:
+    sweep = _json(folder / "sweep.json")
+    if sweep is not None:
+        points = sweep.get("points") or []
+        scaling = (record.get("settings") or {}).get("scaling", "position")
+        # A sweep written before it named its kind swept the run's own scaling.
+        kind = sweep.get("best_kind") or ("position" if scaling == "both" else scaling)
+        return f"done, {len(points)} uniform factor(s); the search starts from {kind} {sweep.get('best')}"
+    journalled = read_jsonl(folder / "sweep.jsonl")
+    return f"under way, {len(journalled)} factor(s) scored" if journalled else NOT_STARTED
+
+
+def _search_line(folder: Path, record: dict) -> tuple[str, list[dict], bool]:
+    """The genetic search's line, its history, and whether it is finished."""
+    history = read_jsonl(folder / "history.jsonl")
+    checkpoint = _json(folder / "checkpoint.json") or {}
+    planned = (record.get("search") or {}).get("generations")
+    completed = checkpoint.get("completed_generation")
+    if not history and completed is None:
+        return NOT_STARTED, history, False
+    done = completed is not None and planned is not None and completed >= planned
+    state = "done" if done else "under way"
+    generations = "no generation complete" if completed is None else f"generation {completed} of {planned} complete"
+    best = max(history, key=lambda line: line.get("fitness", float("-inf")), default=None)
+    best_text = "" if best is None else (f"; best fitness {best['fitness']:.4f} (generation {best.get('generation')}, "
+                                         f"{best.get('origin', 'individual')})")
+    seconds = sum(float(line.get("seconds") or 0) for line in history)
+    return (f"{state}, {generations}, {len(history)} individuals scored ({_hours(seconds)} of scoring, summed), "
+            f"{forwards_of(history)} forwards{best_text}"), history, done
+
+
+def _uniform_line(folder: Path, record: dict, history: list[dict]) -> str:
+    if not (record.get("settings") or {}).get("uniform_tuning"):
+        return "not asked for (--no-uniform-tuning)"
+    chosen = _json(folder / UNIFORM_FILE)
+    if chosen is not None:
+        return f"done: {chosen.get('label')} (fitness {float(chosen.get('fitness', float('nan'))):.4f})"
+    points = read_jsonl(folder / UNIFORM_JOURNAL)
+    if not points:
+        return NOT_STARTED
+    used = sum(int(p.get("forwards") or 0) for p in points)
+    # The sweep's forwards count too (its factors are uniform points): the same sum the run makes.
+    sweep_points = (_json(folder / "sweep.json") or {}).get("points") or []
+    used += forwards_of(sweep_points)
+    best = max((p for p in points if not (p.get("info") or {}).get("raced")), key=lambda p: p["fitness"], default=None)
+    best_text = "" if best is None else f"; best so far {best['label']} ({best['fitness']:.4f})"
+    return (f"under way, {len(points)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
+            f"(the genetic search's){best_text}")
+
+
+def _validation_line(folder: Path, record: dict) -> str:
+    if not (record.get("settings") or {}).get("validation_samples"):
+        return "not asked for (--validation-samples 0): the search's best is the run's curve"
+    selection = _json(folder / SELECTION_FILE)
+    if selection is not None:
+        return f"done: {selection.get('chosen')}, {selection.get('message')}"
+    return "under way (scores cached under validation/)" if (folder / "validation").is_dir() else NOT_STARTED
+
+
+def _heldout_line(folder: Path, record: dict) -> str:
+    samples = (record.get("settings") or {}).get("heldout_samples", record.get("heldout_samples"))
+    if samples == 0:
+        return "not asked for (--heldout-samples 0)"
+    names = [c.get("name") for c in record.get("conditions") or []]
+    if len(names) < 2:  # one table in the run folder itself (search.heldout.folders)
+        if (folder / "heldout.json").is_file():
+            return "done"
+        return "under way (scores cached in scores.cache.json)" if (folder / "scores.cache.json").is_file() else NOT_STARTED
+    if (folder / "heldout" / "summary.json").is_file():
+        return f"done, {len(names)} conditions"
+    tables = list((folder / "heldout").glob("*/heldout.json"))
+    if (folder / "heldout").is_dir():
+        return f"under way, {len(tables)} of {len(names)} conditions written"
+    return NOT_STARTED
+
+
+def run_status(folder: Path) -> list[str]:
+    """Lines that say what a run folder holds, stage by stage, and what to do next. ``ValueError``
+    when the folder holds no run."""
+    folder = Path(folder)
+    record = _json(folder / RUN_RECORD)
+    if record is None:
+        if (folder / "checkpoint.json").is_file():
+            record = {}
+        else:
+            raise ValueError(f"no run in {folder} (no {RUN_RECORD}, no checkpoint.json)")
+    model = record.get("model") or {}
+    search = record.get("search") or {}
+    lines = [f"run {folder}: profile {record.get('profile', '?')}, GA seed {search.get('seed', '?')}, "
+             f"{model.get('pretrained', '?')} in {model.get('dtype', '?')}, started {record.get('started', '?')}"]
+    if model.get("machine"):
+        lines.append(f"  made on: {model['machine']}")
+    search_line, history, search_done = _search_line(folder, record)
+    stages = [("sweep", _sweep_line(folder, record)), ("genetic search", search_line),
+              ("uniform factors", _uniform_line(folder, record, history)),
+              ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record))]
+    lines += [f"  {name}: {text}" for name, text in stages]
+    finished = (folder / "result.json").is_file() and search_done and all(
+        text.startswith(("done", "not asked")) for _, text in stages)
+    if finished:
+        lines.append(f"finished: lm_eval --model lpes_hf --model_args scales={folder / 'scales.json'}")
+    else:
+        lines.append(f"not finished: lpes-search --resume --output {folder} continues it "
+                     f"(unless an lpes-search is still running on this folder)")
+    return lines
