@@ -75,7 +75,7 @@ def _uniform_line(folder: Path, record: dict, history: list[dict]) -> str:
     sweep_points = (_json(folder / "sweep.json") or {}).get("points") or []
     used += forwards_of(sweep_points)
     best = max((p for p in points if not (p.get("info") or {}).get("raced")), key=lambda p: p["fitness"], default=None)
-    best_text = "" if best is None else f"; best so far {best['label']} ({best['fitness']:.4f})"
+    best_text = "" if best is None else f"; the best of them {best['label']} ({best['fitness']:.4f})"
     return (f"under way, {len(points)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
             f"(the genetic search's){best_text}")
 
