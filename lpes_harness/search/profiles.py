@@ -212,6 +212,7 @@ examples:
   lpes-search --profile paper --device cuda     # the paper's settings
   lpes-search --generations 5 --num-samples 50 --y-min 0.6 --y-max 1.6
   lpes-search --resume --output results/my_run  # continue a stopped run
+  lpes-search --status --output results/my_run  # where a run stands, stage by stage (reads only)
   lpes-search --config my_search.json           # settings from a file (keys = long flag names)
   accelerate launch --multi_gpu --num_processes 2 searches/ga.py ...  # split each evaluation's samples (gloo on CPU)
 """
