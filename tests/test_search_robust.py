@@ -133,7 +133,26 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     text = _status(mid, capsys)
     assert "uniform factors: under way, 1 factor(s) scored" in text
     assert "validation: not started" in text and "held-out table: not started" in text
-    assert f"not finished: lpes-search --resume --output {mid}" in text
+    assert f"stopped before the end: lpes-search --resume --output {mid}" in text
+
+
+def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):
+    """While one lpes-search holds a run folder (here this test process, as the search would), a
+    --resume of it in another process is refused before anything loads, and changes no file."""
+    import shutil
+
+    from lpes_harness.search.run_record import holding_run_folder
+
+    _, output, _ = robust_run
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    with holding_run_folder(copy):
+        done = run([sys.executable, GA, "--resume", "--output", str(copy)])
+        assert done.returncode == 2 and f"{copy} is in use: another lpes-search is running on it" in done.stderr
+        assert "running: an lpes-search holds this folder now" in _status(copy, capsys)
+    assert before == {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert "finished: lm_eval" in _status(copy, capsys)  # the lock went with its holder
 
 
 def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):

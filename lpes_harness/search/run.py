@@ -25,6 +25,7 @@ blocks are each on disk as soon as they are scored).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -43,7 +44,8 @@ from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
-from lpes_harness.search.run_record import check_resume, clear_run_state, fail, record_genome, write_config
+from lpes_harness.search.run_record import (check_resume, clear_run_state, fail, holding_run_folder, record_genome,
+                                           write_config)
 from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
 from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
@@ -110,6 +112,11 @@ def run_dtype(requested: str, device: str, record: dict | None) -> tuple[str, st
 
 
 def run(args: argparse.Namespace) -> dict:
+    with contextlib.ExitStack() as folder_lock:  # released however the run ends, a refusal too
+        return _run(args, folder_lock)
+
+
+def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     from lpes_harness.search import distributed, final_choice, heldout
     from lpes_harness.search.condition_fitness import ConditionsFitness, condition_configs
 
@@ -122,6 +129,11 @@ def run(args: argparse.Namespace) -> dict:
         fail(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
     if args.resume and not holds_run:
         fail(f"--resume: no run in {output} to continue (no {RUN_RECORD}, no checkpoint.json)")
+    main_process = os.environ.get("RANK", "0") == "0"  # accelerate's other ranks only serve rank 0
+    # Before anything is loaded or written: a folder another lpes-search is running on is refused.
+    holding = main_process and output.is_dir()
+    if holding:
+        folder_lock.enter_context(holding_run_folder(output))
     try:
         record = read_run_record(output) if args.resume else None
     except ValueError as err:
@@ -192,6 +204,9 @@ def run(args: argparse.Namespace) -> dict:
     if not resume_search:
         # From here on the folder holds a run that --resume continues: before the sweep, so that
         # nothing it scores is lost to a kill.
+        if main_process and not holding:  # a new folder: taken as it is made
+            output.mkdir(parents=True, exist_ok=True)
+            folder_lock.enter_context(holding_run_folder(output))
         if not args.resume:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
         write_config(record_path, args.resume, run_record())

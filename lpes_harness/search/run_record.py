@@ -1,11 +1,13 @@
 """The run folder's record: ``config.json`` (the run's settings and fingerprint, what ``--resume``
-restores and compares), the refusals of a resume that would mix two experiments, and a fresh
-start's clean-up. Every refusal is one line on stderr with exit status 2, before anything is
-written."""
+restores and compares), the refusals of a resume that would mix two experiments, the lock that
+keeps a second lpes-search off a folder in use, and a fresh start's clean-up. Every refusal is one
+line on stderr with exit status 2, before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +45,47 @@ def check_resume(output: Path, record: dict | None, checkpoint: dict | None, cur
     for line in problems[:-1]:  # one line per difference: one changed flag is one line
         print(f"lpes-search: error: {prefix}{line}", file=sys.stderr)
     fail(prefix + problems[-1])
+
+
+@contextlib.contextmanager
+def holding_run_folder(folder: Path):
+    """Hold ``folder`` for this run, or refuse in one line when another lpes-search holds it: a
+    ``--resume`` typed while the run goes on would score every stage twice and append each journal
+    line twice. The lock is the kernel's (``flock`` on the folder itself), so no file is written and
+    none is left stale: a killed run's lock goes with its process. Released when the block ends. No
+    lock where there is no ``flock`` (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        fail(f"{folder} is in use: another lpes-search is running on it; let it finish or stop it first "
+             f"(lpes-search --status --output {folder} says where it stands)")
+    try:
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def folder_in_use(folder: Path) -> bool:
+    """Whether an lpes-search holds ``folder`` now (:func:`holding_run_folder`); takes nothing."""
+    try:
+        import fcntl
+        descriptor = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)  # and with it the shared lock, if it was taken
+    return False
 
 
 # What a fresh start (a new run, or --overwrite) removes first: the state a resume would read (the

@@ -14,6 +14,7 @@ from pathlib import Path
 from lpes_harness.files import read_jsonl
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.cli import RUN_RECORD
+from lpes_harness.search.run_record import folder_in_use
 
 NOT_STARTED = "not started"
 
@@ -39,14 +40,19 @@ def _sweep_line(folder: Path, record: dict) -> str:
         kind = sweep.get("best_kind") or ("position" if scaling == "both" else scaling)
         return f"done, {len(points)} uniform factor(s); the search starts from {kind} {sweep.get('best')}"
     journalled = read_jsonl(folder / "sweep.jsonl")
-    return f"under way, {len(journalled)} factor(s) scored" if journalled else NOT_STARTED
+    if journalled:
+        return f"under way, {len(journalled)} factor(s) scored"
+    # The sweep comes before the search: a search begun without one had none (--sweep none).
+    begun = (folder / "history.jsonl").is_file() or (folder / "checkpoint.json").is_file()
+    return "none: the search started from its --initial-y" if begun else NOT_STARTED
 
 
 def _search_line(folder: Path, record: dict) -> tuple[str, list[dict], bool]:
     """The genetic search's line, its history, and whether it is finished."""
     history = read_jsonl(folder / "history.jsonl")
     checkpoint = _json(folder / "checkpoint.json") or {}
-    planned = (record.get("search") or {}).get("generations")
+    # A resume may grow --generations: its settings are the latest, "search" the first run's.
+    planned = (record.get("settings") or {}).get("generations", (record.get("search") or {}).get("generations"))
     completed = checkpoint.get("completed_generation")
     if not history and completed is None:
         return NOT_STARTED, history, False
@@ -89,20 +95,34 @@ def _validation_line(folder: Path, record: dict) -> str:
     return "under way (scores cached under validation/)" if (folder / "validation").is_dir() else NOT_STARTED
 
 
+def _chose_the_plain_model(folder: Path) -> bool:
+    """The run's choice is every factor 1: it scores no table of vanilla against itself."""
+    scales = _json(folder / "scales.json") or {}
+    values = [*(scales.get("scales") or []), *(scales.get("base_scales") or [])]
+    return bool(values) and all(float(v) == 1.0 for v in values)
+
+
 def _heldout_line(folder: Path, record: dict) -> str:
     samples = (record.get("settings") or {}).get("heldout_samples", record.get("heldout_samples"))
+    names = [c.get("name") for c in record.get("conditions") or []]
+    several = len(names) > 1
+    if several:
+        done = (folder / "heldout" / "summary.json").is_file()
+        started = (folder / "heldout").is_dir()
+    else:  # one table in the run folder itself (search.heldout.folders)
+        done = (folder / "heldout.json").is_file()
+        started = (folder / "scores.cache.json").is_file()
+    if done:
+        return f"done, {len(names)} conditions" if several else "done"
     if samples == 0:
         return "not asked for (--heldout-samples 0)"
-    names = [c.get("name") for c in record.get("conditions") or []]
-    if len(names) < 2:  # one table in the run folder itself (search.heldout.folders)
-        if (folder / "heldout.json").is_file():
-            return "done"
-        return "under way (scores cached in scores.cache.json)" if (folder / "scores.cache.json").is_file() else NOT_STARTED
-    if (folder / "heldout" / "summary.json").is_file():
-        return f"done, {len(names)} conditions"
-    tables = list((folder / "heldout").glob("*/heldout.json"))
-    if (folder / "heldout").is_dir():
-        return f"under way, {len(tables)} of {len(names)} conditions written"
+    if samples is None:  # a record from before runs wrote their table's size
+        return "none in this folder (its config.json does not say whether one was asked for)"
+    if started:
+        written = len(list((folder / "heldout").glob("*/heldout.json")))
+        return f"under way, {written} of {len(names)} conditions written" if several else "under way (scores in scores.cache.json)"
+    if (folder / "result.json").is_file() and _chose_the_plain_model(folder):
+        return "none: the run chose the plain model (every factor 1), and vanilla against itself is no table"
     return NOT_STARTED
 
 
@@ -128,10 +148,11 @@ def run_status(folder: Path) -> list[str]:
               ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record))]
     lines += [f"  {name}: {text}" for name, text in stages]
     finished = (folder / "result.json").is_file() and search_done and all(
-        text.startswith(("done", "not asked")) for _, text in stages)
-    if finished:
+        text.startswith(("done", "not asked", "none")) for _, text in stages)
+    if folder_in_use(folder):
+        lines.append("running: an lpes-search holds this folder now (ask --status again to follow it)")
+    elif finished:
         lines.append(f"finished: lm_eval --model lpes_hf --model_args scales={folder / 'scales.json'}")
     else:
-        lines.append(f"not finished: lpes-search --resume --output {folder} continues it "
-                     f"(unless an lpes-search is still running on this folder)")
+        lines.append(f"stopped before the end: lpes-search --resume --output {folder} continues it")
     return lines
