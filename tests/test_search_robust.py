@@ -195,7 +195,7 @@ def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_b
     assert not (tmp_path / "run" / "checkpoint.json").exists()
 
 
-def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_resume_adds_nothing(tmp_path):
+def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_resume_adds_nothing(tmp_path, capsys):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
     output = tmp_path / "run"
     done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
@@ -215,6 +215,9 @@ def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_
     assert limit["individuals"] == len(history) and limit["spent_seconds"] <= limit["limit_seconds"] + max(
         r["seconds"] for r in history) + 1.0
     assert (output / "heldout.json").exists() and result["heldout"]
+    text = _status(output, capsys)  # a search its budget ended is a finished run, not one to resume
+    assert "genetic search: done, stopped by its time budget" in text and "held-out table: done" in text, text
+    assert "finished: lm_eval" in text, text
     done = run([sys.executable, GA, "--resume", "--output", str(output)])
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = json.loads((output / "result.json").read_text())

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from lpes_harness.files import read_jsonl
-from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.cli import RUN_RECORD
+from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import folder_in_use
 
 NOT_STARTED = "not started"
@@ -56,8 +56,9 @@ def _search_line(folder: Path, record: dict) -> tuple[str, list[dict], bool]:
     completed = checkpoint.get("completed_generation")
     if not history and completed is None:
         return NOT_STARTED, history, False
-    done = completed is not None and planned is not None and completed >= planned
-    state = "done" if done else "under way"
+    budget_stop = bool((_json(folder / "result.json") or {}).get("stopped_early"))  # --time-budget ended it
+    done = budget_stop or (completed is not None and planned is not None and completed >= planned)
+    state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
     generations = "no generation complete" if completed is None else f"generation {completed} of {planned} complete"
     best = max(history, key=lambda line: line.get("fitness", float("-inf")), default=None)
     best_text = "" if best is None else (f"; best fitness {best['fitness']:.4f} (generation {best.get('generation')}, "
