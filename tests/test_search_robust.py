@@ -155,6 +155,22 @@ def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(r
     assert "finished: lm_eval" in _status(copy, capsys)  # the lock went with its holder
 
 
+def test_status_never_shows_a_raced_out_bound_as_the_best_fitness(tmp_path):
+    """Before its first generation ends a run has no best of its own: status takes the fittest individual
+    scored in full, not a raced-out one whose fitness is only an upper bound."""
+    from lpes_harness.search.status import run_status
+
+    (tmp_path / "config.json").write_text(json.dumps({"search": {"generations": 3, "seed": 1}}))
+    lines = [{"index": 0, "generation": 0, "origin": "initial", "scales": [1.0], "fitness": 0.6, "seconds": 2,
+              "info": {"samples": 10}},
+             {"index": 1, "generation": 0, "origin": "mutant", "scales": [1.2], "fitness": 0.9, "seconds": 1,
+              "info": {"samples": 3, "raced": True}}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    text = "\n".join(run_status(tmp_path))
+    assert "under way, no generation complete, 2 individuals scored" in text and "13 forwards" in text, text
+    assert "best fitness 0.6000 (generation 0, initial)" in text, text
+
+
 def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
     from lpes_harness.search.run import main
 

@@ -15,6 +15,8 @@ from lpes_harness.files import read_jsonl
 from lpes_harness.search.cli import RUN_RECORD
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import folder_in_use
+from lpes_harness.search.selection import top_individuals
+from lpes_harness.search.uniform_tuning import best_point
 
 NOT_STARTED = "not started"
 
@@ -31,8 +33,7 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
-def _sweep_line(folder: Path, record: dict) -> str:
-    sweep = _json(folder / "sweep.json")
+def _sweep_line(folder: Path, record: dict, sweep: dict | None) -> str:
     if sweep is not None:
         points = sweep.get("points") or []
         scaling = (record.get("settings") or {}).get("scaling", "position")
@@ -47,7 +48,7 @@ def _sweep_line(folder: Path, record: dict) -> str:
     return "none: the search started from its --initial-y" if begun else NOT_STARTED
 
 
-def _search_line(folder: Path, record: dict) -> tuple[str, list[dict], bool]:
+def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, list[dict], bool]:
     """The genetic search's line, its history, and whether it is finished."""
     history = read_jsonl(folder / "history.jsonl")
     checkpoint = _json(folder / "checkpoint.json") or {}
@@ -56,19 +57,21 @@ def _search_line(folder: Path, record: dict) -> tuple[str, list[dict], bool]:
     completed = checkpoint.get("completed_generation")
     if not history and completed is None:
         return NOT_STARTED, history, False
-    budget_stop = bool((_json(folder / "result.json") or {}).get("stopped_early"))  # --time-budget ended it
+    budget_stop = bool((result or {}).get("stopped_early"))  # --time-budget ended it
     done = budget_stop or (completed is not None and planned is not None and completed >= planned)
     state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
     generations = "no generation complete" if completed is None else f"generation {completed} of {planned} complete"
-    best = max(history, key=lambda line: line.get("fitness", float("-inf")), default=None)
-    best_text = "" if best is None else (f"; best fitness {best['fitness']:.4f} (generation {best.get('generation')}, "
-                                         f"{best.get('origin', 'individual')})")
+    # The run's own best (as of its last generation's end), else the fittest individual scored in full
+    # so far: a raced-out one's fitness is an upper bound only.
+    best = checkpoint.get("best") or next(iter(top_individuals(history, 1)), None)
+    origin = f", {best['origin']}" if best and best.get("origin") else ""  # older runs did not record it
+    best_text = "" if best is None else f"; best fitness {best['fitness']:.4f} (generation {best.get('generation')}{origin})"
     seconds = sum(float(line.get("seconds") or 0) for line in history)
     return (f"{state}, {generations}, {len(history)} individuals scored ({_hours(seconds)} of scoring, summed), "
             f"{forwards_of(history)} forwards{best_text}"), history, done
 
 
-def _uniform_line(folder: Path, record: dict, history: list[dict]) -> str:
+def _uniform_line(folder: Path, record: dict, history: list[dict], sweep: dict | None) -> str:
     if not (record.get("settings") or {}).get("uniform_tuning"):
         return "not asked for (--no-uniform-tuning)"
     chosen = _json(folder / UNIFORM_FILE)
@@ -79,9 +82,8 @@ def _uniform_line(folder: Path, record: dict, history: list[dict]) -> str:
         return NOT_STARTED
     used = sum(int(p.get("forwards") or 0) for p in points)
     # The sweep's forwards count too (its factors are uniform points): the same sum the run makes.
-    sweep_points = (_json(folder / "sweep.json") or {}).get("points") or []
-    used += forwards_of(sweep_points)
-    best = max((p for p in points if not (p.get("info") or {}).get("raced")), key=lambda p: p["fitness"], default=None)
+    used += forwards_of((sweep or {}).get("points") or [])
+    best = best_point(points)
     best_text = "" if best is None else f"; the best of them {best['label']} ({best['fitness']:.4f})"
     return (f"under way, {len(points)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
             f"(the genetic search's){best_text}")
@@ -103,7 +105,7 @@ def _chose_the_plain_model(folder: Path) -> bool:
     return bool(values) and all(float(v) == 1.0 for v in values)
 
 
-def _heldout_line(folder: Path, record: dict) -> str:
+def _heldout_line(folder: Path, record: dict, result: dict | None) -> str:
     samples = (record.get("settings") or {}).get("heldout_samples", record.get("heldout_samples"))
     names = [c.get("name") for c in record.get("conditions") or []]
     several = len(names) > 1
@@ -122,7 +124,7 @@ def _heldout_line(folder: Path, record: dict) -> str:
     if started:
         written = len(list((folder / "heldout").glob("*/heldout.json")))
         return f"under way, {written} of {len(names)} conditions written" if several else "under way (scores in scores.cache.json)"
-    if (folder / "result.json").is_file() and _chose_the_plain_model(folder):
+    if result is not None and _chose_the_plain_model(folder):
         return "none: the run chose the plain model (every factor 1), and vanilla against itself is no table"
     return NOT_STARTED
 
@@ -143,12 +145,13 @@ def run_status(folder: Path) -> list[str]:
              f"{model.get('pretrained', '?')} in {model.get('dtype', '?')}, started {record.get('started', '?')}"]
     if model.get("machine"):
         lines.append(f"  made on: {model['machine']}")
-    search_line, history, search_done = _search_line(folder, record)
-    stages = [("sweep", _sweep_line(folder, record)), ("genetic search", search_line),
-              ("uniform factors", _uniform_line(folder, record, history)),
-              ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record))]
+    sweep, result = _json(folder / "sweep.json"), _json(folder / "result.json")
+    search_line, history, search_done = _search_line(folder, record, result)
+    stages = [("sweep", _sweep_line(folder, record, sweep)), ("genetic search", search_line),
+              ("uniform factors", _uniform_line(folder, record, history, sweep)),
+              ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record, result))]
     lines += [f"  {name}: {text}" for name, text in stages]
-    finished = (folder / "result.json").is_file() and search_done and all(
+    finished = result is not None and search_done and all(
         text.startswith(("done", "not asked", "none")) for _, text in stages)
     if folder_in_use(folder):
         lines.append("running: an lpes-search holds this folder now (ask --status again to follow it)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from lpes_harness.files import append_jsonl, read_jsonl
 from lpes_harness.search.sample_order import load_order_state, order_state
@@ -51,6 +51,12 @@ def interleave(*orders: Sequence) -> list:
     return out
 
 
+def best_point(points: Iterable[dict]) -> dict | None:
+    """The fittest point scored in full (a raced-out one has only an upper bound), else None."""
+    complete = [p for p in points if not (p.get("info") or {}).get("raced")]
+    return max(complete, key=lambda p: p["fitness"], default=None)
+
+
 def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, forwards: Callable[[], int],
                  known: Sequence[dict] = (), journal: Path | None = None, progress=None) -> dict:
     """Score ``points`` (dicts with ``label``, ``kind``, ``value``, ``scales``) in order, raced against
@@ -70,16 +76,12 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
             load_order_state(evaluate, lines[-1].get("sample_order"))
     used = sum(p.get("forwards", 0) for p in done.values())
 
-    def best():
-        complete = [p for p in done.values() if not (p.get("info") or {}).get("raced")]
-        return max(complete, key=lambda p: p["fitness"], default=None)
-
     for point in points:
         if used >= budget:
             break
         if point["label"] in done:
             continue
-        leader = best()
+        leader = best_point(done.values())
         before = forwards()
         fitness, info = evaluate(list(point["scales"]), -math.inf if leader is None else leader["fitness"])
         record = {**point, "fitness": float(fitness), "info": info, "forwards": forwards() - before}
@@ -90,5 +92,5 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
             append_jsonl(journal, {**record, "sample_order": state} if state else record)
         if progress:
             progress(record)
-    chosen = best()
+    chosen = best_point(done.values())
     return {"best": chosen, "points": list(done.values()), "forwards": used, "budget": budget}
