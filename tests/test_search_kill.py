@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,9 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
     assert (output / "result.json").exists() and not (output / "heldout.json").exists()
     assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 2
 
+    time.sleep(3)  # a gap between two processes: not the run's time
     done = resume(output)
+    finished = time.time()
     assert done.returncode == 0, done.stderr[-3000:]
     assert_every_file_parses(output)
     resumed, expected = outcome(output), outcome(uninterrupted)
@@ -137,6 +140,12 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
         assert resumed[key] == expected[key], key
     record = json.loads((output / "config.json").read_text())
     assert [entry["command"].split()[1:] for entry in record["resumes"]] == [["--resume", "--output", str(output)]] * 4
+    # The run's clock spans its five processes and leaves out the gaps between them.
+    gaps = [entry["idle_before_seconds"] for entry in record["resumes"]]
+    assert all(gap >= 0 for gap in gaps) and gaps[-1] >= 3, gaps
+    result = json.loads((output / "result.json").read_text())
+    since_start = finished - time.mktime(time.strptime(record["started"], "%Y-%m-%dT%H:%M:%S"))
+    assert result["total_seconds_with_heldout"] - 1 <= result["run_seconds_with_heldout"] <= since_start - sum(gaps) + 1
 
 
 def test_resume_errors_are_one_line_with_status_2_and_change_no_file(checkpoint, uninterrupted, tmp_path, capsys,

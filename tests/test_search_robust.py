@@ -4,6 +4,7 @@ profiles auto picks; --time-budget."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,8 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
                   "validation: done", "held-out table: done, 2 conditions"):
         assert stage in text, (stage, text)
     assert "finished: lm_eval --model lpes_hf" in text
+    seconds = json.loads((output / "result.json").read_text())["run_seconds_with_heldout"]
+    assert re.search(rf"process\(es\).*; run time {round(seconds / 60)} min \(model load", text), text
     # The same run as it stood during its uniform factors: their journal, no later stage's file.
     mid = tmp_path / "mid"
     shutil.copytree(output, mid)
@@ -134,6 +137,7 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     assert "uniform factors: under way, 1 factor(s) scored" in text
     assert "validation: not started" in text and "held-out table: not started" in text
     assert f"stopped before the end: lpes-search --resume --output {mid}" in text
+    assert "the run's time is in result.json once it finishes" in text  # a copy's file times say nothing
 
 
 def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):
@@ -150,7 +154,8 @@ def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(r
     with holding_run_folder(copy):
         done = run([sys.executable, GA, "--resume", "--output", str(copy)])
         assert done.returncode == 2 and f"{copy} is in use: another lpes-search is running on it" in done.stderr
-        assert "running: an lpes-search holds this folder now" in _status(copy, capsys)
+        text = _status(copy, capsys)
+        assert "running: an lpes-search holds this folder now" in text and " so far" in text, text
     assert before == {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     assert "finished: lm_eval" in _status(copy, capsys)  # the lock went with its holder
 
@@ -177,6 +182,16 @@ def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--status", "--output", str(tmp_path / "none")])
     assert stop.value.code == 2 and "no run in" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("other", ["--resume", "--overwrite"])
+def test_status_with_a_flag_that_writes_is_refused_for_the_flags_before_the_folder_is_read(tmp_path, capsys, other):
+    """On a folder without a run, --status --resume must name the contradiction, not --resume's missing run."""
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--status", other, "--output", str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--status only reads the run folder" in err and "no run in" not in err, err
     assert not (tmp_path / "none").exists()
 
 

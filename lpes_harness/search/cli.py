@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.status and (args.resume or args.overwrite):  # before --resume reads the folder: the flags are the error
+        parser.error("--status only reads the run folder: give it without --resume or --overwrite")
     config = _read_config(parser, args.config) if args.config else {}
     # --resume: the run's own settings, as its config.json recorded them ({} for a folder made
     # before runs recorded them: its flags must be given again).
@@ -391,8 +393,6 @@ def _check(args) -> None:
         raise ValueError(f"--control-points must be 2..8 (the paper studies 2..5), got {args.control_points}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite contradict each other")
-    if args.status and (args.resume or args.overwrite):
-        raise ValueError("--status only reads the run folder: give it without --resume or --overwrite")
 
 
 def _drop_profile_conditions_for_another_task(args, profile: str) -> None:

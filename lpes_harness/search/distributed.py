@@ -33,6 +33,12 @@ class Context:
         return self.rank == 0
 
 
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (torchrun and ``accelerate launch`` set ``RANK``), known
+    before :func:`init` loads anything: what decides who holds the run folder. 0 when not launched so."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def init() -> Context:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:

@@ -44,8 +44,8 @@ from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
-from lpes_harness.search.run_record import (check_resume, clear_run_state, fail, holding_run_folder, record_genome,
-                                           write_config)
+from lpes_harness.search.run_record import (check_resume, clear_run_state, fail, holding_run_folder, idle_since_last_write,
+                                           record_genome, run_seconds, write_config)
 from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
 from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
@@ -121,6 +121,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     from lpes_harness.search.condition_fitness import ConditionsFitness, condition_configs
 
     launched = time.perf_counter()  # the wall time a user waits: model load and sweep included
+    launched_at = time.time()  # config.json's clock: started, and the gaps before resumes
     output = run_folder(args)
     checkpoint_path = output / "checkpoint.json"
     record_path = output / RUN_RECORD
@@ -129,11 +130,13 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         fail(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
     if args.resume and not holds_run:
         fail(f"--resume: no run in {output} to continue (no {RUN_RECORD}, no checkpoint.json)")
-    main_process = os.environ.get("RANK", "0") == "0"  # accelerate's other ranks only serve rank 0
+    main_process = distributed.launched_rank() == 0  # accelerate's other ranks only serve rank 0
     # Before anything is loaded or written: a folder another lpes-search is running on is refused.
     holding = main_process and output.is_dir()
     if holding:
         folder_lock.enter_context(holding_run_folder(output))
+    # When the stopped process last did work, read before this one writes: the gap is not the run's time.
+    idle_before = idle_since_last_write(output, launched_at) if args.resume else None
     try:
         record = read_run_record(output) if args.resume else None
     except ValueError as err:
@@ -209,7 +212,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
             folder_lock.enter_context(holding_run_folder(output))
         if not args.resume:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
-        write_config(record_path, args.resume, run_record())
+        write_config(record_path, args.resume, run_record(), launched_at, idle_before)
     if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
         print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
                        heldout_rows(args) * _positions(conditions) * args.heldout_samples, args)
@@ -239,7 +242,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
                 search.load_state_dict(saved_state)
             except ValueError as err:
                 fail(f"--resume {output}: {err}")
-            write_config(record_path, True, run_record())
+            write_config(record_path, True, run_record(), launched_at, idle_before)
         started = time.perf_counter()
         result = search.run()
     finally:
@@ -258,7 +261,8 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     origin = f", {best['origin']}" if best.get("origin") else ""  # initial, line, random, mutant, crossover
     print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}{origin}), scores {best['info'].get('scores')}")
     chosen = final_choice.finish(lm, args, fitness, spec, conditions, configs, sweep, output, result)
-    result["total_seconds"] = round(time.perf_counter() - launched, 1)  # load + sweep + GA + final choice
+    result["total_seconds"] = round(time.perf_counter() - launched, 1)  # this process: load + sweep + GA + final choice
+    _add_run_seconds(result, record_path, "run_seconds")
     atomic_write_json(output / "result.json", result)
     print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
     methods = final_choice.heldout_methods(args, spec, chosen, sweep, result.get("uniform")) if args.heldout_samples else {}
@@ -269,10 +273,19 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         result["heldout"] = heldout.evaluate(lm, args, conditions, several, methods, output,
                                              batch_size=fitness_config.batch_size)
         result["total_seconds_with_heldout"] = round(time.perf_counter() - launched, 1)
+        _add_run_seconds(result, record_path, "run_seconds_with_heldout")
         atomic_write_json(output / "result.json", result)
     print(f"forwards: {result['forwards']['total']} ({', '.join(f'{k} {v}' for k, v in result['forwards'].items() if k != 'total')})"
           f"{', then the held-out table' if 'heldout' in result else ''}", flush=True)
     return result
+
+
+def _add_run_seconds(result: dict, record_path: Path, key: str) -> None:
+    """A resumed run's ``total_seconds`` is its last process's: ``run_seconds`` spans every process (the
+    gaps between them left out), where config.json can tell it."""
+    seconds = run_seconds(json.loads(record_path.read_text()))
+    if seconds is not None:
+        result[key] = seconds
 
 
 def _positions(conditions) -> int:

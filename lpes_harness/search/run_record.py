@@ -110,16 +110,31 @@ def clear_run_state(output: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def write_config(path: Path, resume: bool, record: dict) -> None:
+def idle_since_last_write(folder: Path, launched: float) -> float | None:
+    """Seconds from the run folder's last write to ``launched`` (epoch seconds), None for an empty folder.
+
+    Read by a resume before it writes: a killed process leaves no end time, but its last journal line,
+    checkpoint or plot says when it last did work."""
+    times = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    return max(0.0, launched - max(times)) if times else None
+
+
+def write_config(path: Path, resume: bool, record: dict, launched: float | None = None,
+                 idle_before: float | None = None) -> None:
     """config.json is the first run's record; a resume appends to its ``resumes`` list, never replaces it.
 
     Only ``settings`` and ``fingerprint``, what the next ``--resume`` restores and compares, become
     this run's (they differ only where a resume may differ: a grown ``--generations``, ``--threads``,
-    ...; the resume's entry lists them under ``changed``)."""
+    ...; the resume's entry lists them under ``changed``). ``started`` is when the first process was
+    launched (``launched``, epoch seconds; now if not given), and a resume's entry keeps
+    ``idle_before_seconds``: from the folder's last write before it to its launch. :func:`run_seconds`
+    leaves those gaps out of the run's time."""
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     if resume and path.exists():
         first = json.loads(path.read_text())
         entry = {"command": record["command"], "at": now}
+        if idle_before is not None:
+            entry["idle_before_seconds"] = round(idle_before, 1)
         previous = first.get("settings") or {}
         changed = {name: {"saved": previous[name], "now": value} for name, value in record["settings"].items()
                    if name in previous and previous[name] != value}
@@ -132,7 +147,23 @@ def write_config(path: Path, resume: bool, record: dict) -> None:
         first["settings"], first["fingerprint"] = record["settings"], record["fingerprint"]
         atomic_write_json(path, first)
     else:
-        atomic_write_json(path, {**record, "started": now})
+        started = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(launched)) if launched is not None else now
+        atomic_write_json(path, {**record, "started": started})
+
+
+def _epoch(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))  # config.json's stamps are local time
+
+
+def run_seconds(record: dict, now: float | None = None) -> float | None:
+    """The run's wall time over all its processes, from config.json's ``started`` to ``now``, less the
+    gaps between one process's last write and the next resume: what the run took had it not stopped.
+    None where a resume predates ``idle_before_seconds`` (its gap is unknown)."""
+    resumes = record.get("resumes") or []
+    if "started" not in record or any("idle_before_seconds" not in entry for entry in resumes):
+        return None
+    now = time.time() if now is None else now
+    return round(now - _epoch(record["started"]) - sum(entry["idle_before_seconds"] for entry in resumes), 1)
 
 
 def record_genome(path: Path, spec) -> None:

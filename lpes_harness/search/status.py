@@ -9,12 +9,13 @@ decide whether ``--resume`` is needed and what is left.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from lpes_harness.files import read_jsonl
 from lpes_harness.search.cli import RUN_RECORD
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
-from lpes_harness.search.run_record import folder_in_use
+from lpes_harness.search.run_record import folder_in_use, run_seconds
 from lpes_harness.search.selection import top_individuals
 from lpes_harness.search.uniform_tuning import best_point
 
@@ -129,6 +130,28 @@ def _heldout_line(folder: Path, record: dict, result: dict | None) -> str:
     return NOT_STARTED
 
 
+def _time_line(record: dict, result: dict | None, running: bool) -> str:
+    """How many processes the run took, and its time over them (the gaps between them left out): up
+    to now while it runs, result.json's once it finished. A stopped run's is not given: only its
+    files' times could tell it, and a copy or a clone rewrites those."""
+    resumes = len(record.get("resumes") or [])
+    processes = f"{resumes + 1} process(es)" + (f" ({resumes} resume(s))" if resumes else "")
+    if running:
+        seconds = run_seconds(record)
+    elif result is not None:
+        seconds = result.get("run_seconds_with_heldout", result.get("run_seconds"))
+        if seconds is None and not resumes:  # one process: its own clock is the run's
+            seconds = result.get("total_seconds_with_heldout", result.get("total_seconds"))
+    else:
+        return f"{processes}; the run's time is in result.json once it finishes"
+    if seconds is None:
+        return f"{processes}; run time unknown (a resume made before the gaps between processes were recorded)"
+    if running:
+        return f"{processes}; run time {_hours(seconds)} so far"
+    return f"{processes}; run time {_hours(seconds)} (" + (
+        "model loads included, the gaps between processes left out)" if resumes else "model load included)")
+
+
 def run_status(folder: Path) -> list[str]:
     """Lines that say what a run folder holds, stage by stage, and what to do next. ``ValueError``
     when the folder holds no run."""
@@ -145,7 +168,10 @@ def run_status(folder: Path) -> list[str]:
              f"{model.get('pretrained', '?')} in {model.get('dtype', '?')}, started {record.get('started', '?')}"]
     if model.get("machine"):
         lines.append(f"  made on: {model['machine']}")
+    running = folder_in_use(folder)
     sweep, result = _json(folder / "sweep.json"), _json(folder / "result.json")
+    if record.get("started"):
+        lines.append(f"  {_time_line(record, result, running)}")
     search_line, history, search_done = _search_line(folder, record, result)
     stages = [("sweep", _sweep_line(folder, record, sweep)), ("genetic search", search_line),
               ("uniform factors", _uniform_line(folder, record, history, sweep)),
@@ -153,7 +179,7 @@ def run_status(folder: Path) -> list[str]:
     lines += [f"  {name}: {text}" for name, text in stages]
     finished = result is not None and search_done and all(
         text.startswith(("done", "not asked", "none")) for _, text in stages)
-    if folder_in_use(folder):
+    if running:
         lines.append("running: an lpes-search holds this folder now (ask --status again to follow it)")
     elif finished:
         lines.append(f"finished: lm_eval --model lpes_hf --model_args scales={folder / 'scales.json'}")
