@@ -138,6 +138,15 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     assert "validation: not started" in text and "held-out table: not started" in text
     assert f"stopped before the end: lpes-search --resume --output {mid}" in text
     assert "the run's time is in result.json once it finishes" in text  # a copy's file times say nothing
+    # ... and during its validation: the uniform factors done, some candidates' scores cached.
+    late = tmp_path / "late"
+    shutil.copytree(output, late)
+    for name in ("selection.json", "result.json"):
+        (late / name).unlink()
+    shutil.rmtree(late / "heldout")
+    blocks = sum(len(json.loads(cache.read_text())["blocks"]) for cache in (late / "validation").glob("*/scores.cache.json"))
+    text = _status(late, capsys)
+    assert blocks > 0 and f"validation: under way, {blocks} block(s) of candidate scores cached" in text, text
 
 
 def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):

@@ -96,7 +96,11 @@ def _validation_line(folder: Path, record: dict) -> str:
     selection = _json(folder / SELECTION_FILE)
     if selection is not None:
         return f"done: {selection.get('chosen')}, {selection.get('message')}"
-    return "under way (scores cached under validation/)" if (folder / "validation").is_dir() else NOT_STARTED
+    if not (folder / "validation").is_dir():
+        return NOT_STARTED
+    # One block: a candidate's scores at one position of one condition, on one round's samples.
+    blocks = sum(len((_json(cache) or {}).get("blocks") or {}) for cache in (folder / "validation").glob("*/scores.cache.json"))
+    return f"under way, {blocks} block(s) of candidate scores cached under validation/"
 
 
 def _chose_the_plain_model(folder: Path) -> bool:
