@@ -144,9 +144,10 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     for name in ("selection.json", "result.json"):
         (late / name).unlink()
     shutil.rmtree(late / "heldout")
-    blocks = sum(len(json.loads(cache.read_text())["blocks"]) for cache in (late / "validation").glob("*/scores.cache.json"))
+    scores = sum(len(block) for cache in (late / "validation").glob("*/scores.cache.json")
+                 for block in json.loads(cache.read_text())["blocks"].values())
     text = _status(late, capsys)
-    assert blocks > 0 and f"validation: under way, {blocks} block(s) of candidate scores cached" in text, text
+    assert scores > 0 and f"validation: under way, {scores} candidate score(s) cached" in text, text
 
 
 def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):

@@ -98,9 +98,10 @@ def _validation_line(folder: Path, record: dict) -> str:
         return f"done: {selection.get('chosen')}, {selection.get('message')}"
     if not (folder / "validation").is_dir():
         return NOT_STARTED
-    # One block: a candidate's scores at one position of one condition, on one round's samples.
-    blocks = sum(len((_json(cache) or {}).get("blocks") or {}) for cache in (folder / "validation").glob("*/scores.cache.json"))
-    return f"under way, {blocks} block(s) of candidate scores cached under validation/"
+    # A block holds a candidate's scores at one position of one condition; a later round adds samples to it.
+    scores = sum(len(block) for cache in (folder / "validation").glob("*/scores.cache.json")
+                 for block in ((_json(cache) or {}).get("blocks") or {}).values())
+    return f"under way, {scores} candidate score(s) cached under validation/ (one candidate on one sample)"
 
 
 def _chose_the_plain_model(folder: Path) -> bool:
