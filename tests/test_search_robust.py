@@ -372,14 +372,36 @@ def test_the_planned_table_counts_every_row_the_run_adds():
 def test_the_printed_estimate_gives_the_validation_the_forwards_the_budget_plans_it_at(capsys):
     from types import SimpleNamespace
 
-    from lpes_harness.search.timing import print_estimate, validation_forwards
+    from lpes_harness.search.timing import print_estimate, validation_forwards, validation_forwards_at_most
 
     robust = parse_args(["--profile", "robust-smollm2"])
     positions = 15  # three conditions of five positions
     fitness = SimpleNamespace(sizes={f"role{i}": robust.num_samples * positions // 3 for i in range(3)})
     print_estimate(SimpleNamespace(planned_individuals=lambda: 10), fitness, 2.0, args=robust)
-    forwards = validation_forwards(robust, positions)
-    assert forwards > 0 and f"{forwards} forwards at most" in capsys.readouterr().out
+    forwards, worst = validation_forwards(robust, positions), validation_forwards_at_most(robust, positions)
+    text = capsys.readouterr().out
+    assert 0 < forwards < worst and f"{forwards} forwards if two go on" in text and f"{worst} at most" in text, text
+
+
+def test_the_validations_worst_case_is_what_the_selection_scores_when_every_candidate_stays_tied():
+    from types import SimpleNamespace
+
+    from lpes_harness.search.selection import Candidate, ValidationCondition, select
+    from lpes_harness.search.timing import validation_forwards_at_most
+
+    percents = (0, 50, 100)
+    condition = ValidationCondition("c", "needle", {}, False, {"begin": 0.2, "middle": 0.3, "end": 0.5},
+                                    {"begin": (0,), "middle": (50,), "end": (100,)})
+    reached = {}
+
+    def score(condition, methods, n):  # every candidate alike on every sample: no lead is ever resolved
+        reached.update({label: n for label in methods})
+        return {label: {p: [1, 0] * (n // 2) for p in percents} for label in methods}
+
+    args = SimpleNamespace(select_top=4, validation_samples=6)
+    candidates = [Candidate(f"LPES #{i}", [1.0 + i] * 4, "curve", 0.9) for i in range(args.select_top + 3)]
+    select(score, [condition], candidates, initial=args.validation_samples, maximum=4 * args.validation_samples)
+    assert sum(reached.values()) * len(percents) == validation_forwards_at_most(args, len(percents))
 
 
 @pytest.mark.parametrize("flags, asked", [([], None), (["--heldout-samples", "0"], 0), (["--heldout-samples", "12"], 12)])

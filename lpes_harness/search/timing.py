@@ -38,9 +38,12 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
     if args is not None and args.uniform_tuning:
         after.append(f"uniform factors as many forwards as the search ({duration(config.planned_individuals() * samples * per_sample)} at most)")
     if args is not None and args.validation_samples:
-        forwards = validation_forwards(args, samples // args.num_samples)  # what --time-budget plans it at
-        after.append(f"validation of up to {args.select_top + 3} candidates, {forwards} forwards at most "
-                     f"(~{duration(forwards * per_sample)})")
+        positions = samples // args.num_samples
+        planned = validation_forwards(args, positions)  # what --time-budget plans it at
+        worst = validation_forwards_at_most(args, positions)
+        after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards if two go on to "
+                     f"the most samples (~{duration(planned * per_sample)}), {worst} at most, when all stay tied "
+                     f"(~{duration(worst * per_sample)})")
     if heldout_samples:
         after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample)}")
     print(
@@ -103,6 +106,14 @@ def validation_forwards(args, positions: int) -> int:
     if not args.validation_samples:
         return 0
     return (args.select_top + 3 + 2 * 3) * args.validation_samples * positions
+
+
+def validation_forwards_at_most(args, positions: int) -> int:
+    """The validation's worst case: every candidate stays within two standard errors of the leader to the
+    last round, 4N samples per position (:func:`lpes_harness.search.selection.select` doubles N twice)."""
+    if not args.validation_samples:
+        return 0
+    return (args.select_top + 3) * 4 * args.validation_samples * positions
 
 
 def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
