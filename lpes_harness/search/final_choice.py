@@ -20,7 +20,7 @@ from typing import Sequence
 
 from lpes_harness.analysis.conditions import Condition
 from lpes_harness.scaling import uniform_factor
-from lpes_harness.search.selection import NO_CURVE_WON, Candidate, ValidationCondition, select, top_individuals
+from lpes_harness.search.selection import MAX_SAMPLES_FACTOR, NO_CURVE_WON, Candidate, ValidationCondition, select, top_individuals
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
 
 UNIFORM_FILE = "uniform.json"
@@ -229,7 +229,7 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
     if args.validation_samples:
         pool = candidates(history, uniforms, spec, args.scaling, args.select_top)
         selection = select_stage(output, lm, conditions, configs, pool, initial=args.validation_samples,
-                                 maximum=4 * args.validation_samples, objective=args.condition_objective,
+                                 maximum=MAX_SAMPLES_FACTOR * args.validation_samples, objective=args.condition_objective,
                                  identity=lambda c: _validation_identity(c, args))
         chosen = next(c for c in pool if c.label == selection["chosen"])
         forwards["validation (at most)"] = sum(row["samples_per_position"] * sum(map(len, configs[c.name].positions.values()))

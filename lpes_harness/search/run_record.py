@@ -16,6 +16,8 @@ from lpes_harness.files import atomic_write_json
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL
 from lpes_harness.search.fingerprint import mismatches
 
+STAMP = "%Y-%m-%dT%H:%M:%S"  # config.json's times: local, to the second
+
 
 def fail(message: str):
     """One line on stderr, exit status 2 (as the command line's own errors)."""
@@ -129,7 +131,7 @@ def write_config(path: Path, resume: bool, record: dict, launched: float | None 
     launched (``launched``, epoch seconds; now if not given), and a resume's entry keeps
     ``idle_before_seconds``: from the folder's last write before it to its launch. :func:`run_seconds`
     leaves those gaps out of the run's time."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    now = time.strftime(STAMP)
     if resume and path.exists():
         first = json.loads(path.read_text())
         entry = {"command": record["command"], "at": now}
@@ -147,12 +149,12 @@ def write_config(path: Path, resume: bool, record: dict, launched: float | None 
         first["settings"], first["fingerprint"] = record["settings"], record["fingerprint"]
         atomic_write_json(path, first)
     else:
-        started = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(launched)) if launched is not None else now
+        started = time.strftime(STAMP, time.localtime(launched)) if launched is not None else now
         atomic_write_json(path, {**record, "started": started})
 
 
 def _epoch(stamp: str) -> float:
-    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))  # config.json's stamps are local time
+    return time.mktime(time.strptime(stamp, STAMP))
 
 
 def run_seconds(record: dict, now: float | None = None) -> float | None:

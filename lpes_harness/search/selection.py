@@ -34,6 +34,7 @@ from lpes_harness.search.condition_fitness import combine_conditions
 from lpes_harness.search.fitness import combine
 
 NO_CURVE_WON = "no per-layer curve beat the uniform start"
+MAX_SAMPLES_FACTOR = 4  # a tie draws up to the first round's samples doubled twice
 
 
 @dataclass

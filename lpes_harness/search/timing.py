@@ -10,6 +10,7 @@ from lpes_harness.search.budget import HELDOUT_MARGIN, RACING_SAVING, RANDOM_DRA
 from lpes_harness.search.callbacks import TimeLimitCallback
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import fail
+from lpes_harness.search.selection import MAX_SAMPLES_FACTOR
 
 
 def time_one_sample(fitness) -> float:
@@ -113,7 +114,7 @@ def validation_forwards_at_most(args, positions: int) -> int:
     last round, 4N samples per position (:func:`lpes_harness.search.selection.select` doubles N twice)."""
     if not args.validation_samples:
         return 0
-    return (args.select_top + 3) * 4 * args.validation_samples * positions
+    return (args.select_top + 3) * MAX_SAMPLES_FACTOR * args.validation_samples * positions
 
 
 def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
