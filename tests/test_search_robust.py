@@ -369,10 +369,10 @@ def test_the_planned_table_counts_every_row_the_run_adds():
     assert heldout_rows(demo) == 2 and validation_forwards(demo, 5) == 0  # vanilla and the curve: --heldout-extra none
 
 
-def test_the_printed_estimate_gives_the_validation_the_forwards_the_budget_plans_it_at(capsys):
+def test_the_printed_estimate_gives_the_search_its_own_worst_case_and_the_validation_the_forwards_the_budget_plans_it_at(capsys):
     from types import SimpleNamespace
 
-    from lpes_harness.search.timing import print_estimate, validation_forwards, validation_forwards_at_most
+    from lpes_harness.search.timing import duration, print_estimate, validation_forwards, validation_forwards_at_most
 
     robust = parse_args(["--profile", "robust-smollm2"])
     positions = 15  # three conditions of five positions
@@ -381,6 +381,10 @@ def test_the_printed_estimate_gives_the_validation_the_forwards_the_budget_plans
     forwards, worst = validation_forwards(robust, positions), validation_forwards_at_most(robust, positions)
     text = capsys.readouterr().out
     assert 0 < forwards < worst and f"{forwards} forwards if two go on" in text and f"{worst} at most" in text, text
+    # The search's worst case is its individuals times its samples times the seconds a sample takes (10 x 90 x
+    # 2.0 s = 30 min), not the validation's count of forwards read as seconds.
+    assert f"at most 10 individuals x {robust.num_samples * positions} samples (3 roles) x 2.00 s/sample = " \
+           f"{duration(10 * robust.num_samples * positions * 2.0)} worst case" in text, text
 
 
 def test_the_validations_worst_case_is_what_the_selection_scores_when_every_candidate_stays_tied():

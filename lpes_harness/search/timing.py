@@ -41,10 +41,10 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
     if args is not None and args.validation_samples:
         positions = samples // args.num_samples
         planned = validation_forwards(args, positions)  # what --time-budget plans it at
-        worst = validation_forwards_at_most(args, positions)
+        tied = validation_forwards_at_most(args, positions)
         after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards if two go on to "
-                     f"the most samples (~{duration(planned * per_sample)}), {worst} at most, when all stay tied "
-                     f"(~{duration(worst * per_sample)})")
+                     f"the most samples (~{duration(planned * per_sample)}), {tied} at most, when all stay tied "
+                     f"(~{duration(tied * per_sample)})")
     if heldout_samples:
         after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample)}")
     print(
