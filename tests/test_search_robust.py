@@ -360,7 +360,8 @@ def test_a_plan_holds_the_uniform_tuning_and_the_validation_that_follow_the_sear
 
 
 def test_the_planned_table_counts_every_row_the_run_adds():
-    from lpes_harness.search.timing import heldout_rows, validation_forwards
+    from lpes_harness.search.selection import validation_forwards
+    from lpes_harness.search.timing import heldout_rows
 
     robust = parse_args(["--profile", "robust-smollm2", "--time-budget", "3h"])
     assert heldout_rows(robust) == 4  # vanilla, PI, the curve and uniform.json
@@ -372,7 +373,8 @@ def test_the_planned_table_counts_every_row_the_run_adds():
 def test_the_printed_estimate_gives_the_search_its_own_worst_case_and_the_validation_the_forwards_the_budget_plans_it_at(capsys):
     from types import SimpleNamespace
 
-    from lpes_harness.search.timing import duration, print_estimate, validation_forwards, validation_forwards_at_most
+    from lpes_harness.search.selection import validation_forwards, validation_forwards_at_most
+    from lpes_harness.search.timing import duration, print_estimate
 
     robust = parse_args(["--profile", "robust-smollm2"])
     positions = 15  # three conditions of five positions
@@ -390,8 +392,7 @@ def test_the_printed_estimate_gives_the_search_its_own_worst_case_and_the_valida
 def test_the_validations_worst_case_is_what_the_selection_scores_when_every_candidate_stays_tied():
     from types import SimpleNamespace
 
-    from lpes_harness.search.selection import Candidate, ValidationCondition, select
-    from lpes_harness.search.timing import validation_forwards_at_most
+    from lpes_harness.search.selection import Candidate, ValidationCondition, select, validation_forwards_at_most
 
     percents = (0, 50, 100)
     condition = ValidationCondition("c", "needle", {}, False, {"begin": 0.2, "middle": 0.3, "end": 0.5},
@@ -406,6 +407,36 @@ def test_the_validations_worst_case_is_what_the_selection_scores_when_every_cand
     candidates = [Candidate(f"LPES #{i}", [1.0 + i] * 4, "curve", 0.9) for i in range(args.select_top + 3)]
     select(score, [condition], candidates, initial=args.validation_samples, maximum=4 * args.validation_samples)
     assert sum(reached.values()) * len(percents) == validation_forwards_at_most(args, len(percents))
+
+
+def test_a_budgeted_validation_stops_at_the_forwards_its_plan_gave_it_and_a_tie_left_there_goes_to_the_uniform():
+    from types import SimpleNamespace
+
+    from lpes_harness.search.selection import NO_CURVE_WON, Candidate, ValidationCondition, select, validation_forwards
+
+    percents = (0, 50, 100)
+    condition = ValidationCondition("c", "needle", {}, False, {"begin": 0.2, "middle": 0.3, "end": 0.5},
+                                    {"begin": (0,), "middle": (50,), "end": (100,)})
+    scored = {}  # label -> samples per position scored (the cache scores each sample once)
+
+    def score(condition, methods, n):  # the curve leads the uniform by a hair: never resolved
+        scored.update({label: n for label in methods})
+        return {label: {p: ([1, 0] * n)[:n] if label == "uniform 0.8" else ([1] + [1, 0] * n)[:n] for p in percents}
+                for label in methods}
+
+    args = SimpleNamespace(select_top=4, validation_samples=6)
+    candidates = [Candidate("LPES #1", [1.2] * 4, "curve", 0.9)]
+    candidates += [Candidate(f"LPES #{i}", [1.0 + i] * 4, "curve", 0.5) for i in range(2, args.select_top + 3)]
+    candidates[-1] = Candidate("uniform 0.8", [0.8] * 4, "uniform", 0.8)
+    planned = validation_forwards(args, len(percents))
+    unbudgeted = select(score, [condition], candidates, initial=6, maximum=24)
+    assert unbudgeted["stopped_by_budget"] is None and unbudgeted["rounds"][-1]["samples_per_position"] == 24
+    scored.clear()
+    result = select(score, [condition], candidates, initial=6, maximum=24, forwards_at_most=planned)
+    assert sum(scored.values()) * len(percents) <= planned < 7 * 24 * len(percents)
+    assert result["rounds"][-1]["samples_per_position"] < 24 and "--time-budget" in result["stopped_by_budget"]
+    assert result["chosen"] == "uniform 0.8" and result["message"].startswith(NO_CURVE_WON)
+    assert "--time-budget stopped the validation there" in result["message"]
 
 
 @pytest.mark.parametrize("flags, asked", [([], None), (["--heldout-samples", "0"], 0), (["--heldout-samples", "12"], 12)])

@@ -20,7 +20,8 @@ from typing import Sequence
 
 from lpes_harness.analysis.conditions import Condition
 from lpes_harness.scaling import uniform_factor
-from lpes_harness.search.selection import MAX_SAMPLES_FACTOR, NO_CURVE_WON, Candidate, ValidationCondition, select, top_individuals
+from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, NO_CURVE_WON, Candidate, ValidationCondition, select,
+                                          top_individuals, validation_forwards)
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
 
 UNIFORM_FILE = "uniform.json"
@@ -164,7 +165,7 @@ def validation_conditions(conditions: Sequence[Condition], configs) -> list[Vali
 
 
 def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, pool: Sequence[Candidate], *,
-                 initial: int, maximum: int, objective: str, identity) -> dict:
+                 initial: int, maximum: int, objective: str, identity, forwards_at_most: int | None = None) -> dict:
     """Stage 2: ``selection.json``; the caller writes the winner as ``scales.json``."""
     from lpes_harness.analysis.paired import sample_bar
     from lpes_harness.files import atomic_write_json
@@ -177,7 +178,7 @@ def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, poo
         batch_size = next(iter(configs.values())).batch_size  # the search's own (a number once resolved)
         score = cached_scorer(lm, output / "validation", identity, progress, batch_size)
         result = select(score, validation_conditions(conditions, configs), pool, initial=initial, maximum=maximum,
-                        objective=objective)
+                        objective=objective, forwards_at_most=forwards_at_most)
     atomic_write_json(output / SELECTION_FILE, result, indent=1)
     first = result["rounds"][0]["samples_per_position"]
     for row in result["candidates"]:
@@ -186,6 +187,8 @@ def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, poo
         search = "" if row["search_fitness"] is None else f" (search fitness {row['search_fitness']:.4f})"
         print(f"  {row['label']}: validation fitness {row['validation_fitness_first']:.4f} on {first} samples per "
               f"position{more}{search}", flush=True)
+    if result["stopped_by_budget"]:
+        print(f"  {result['stopped_by_budget']}", flush=True)
     print(f"the run's curve: {result['chosen']}: {result['message']}", flush=True)
     return result
 
@@ -228,9 +231,12 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
                             "fitness": start["fitness"]})
     if args.validation_samples:
         pool = candidates(history, uniforms, spec, args.scaling, args.select_top)
+        positions = sum(len({p for ps in configs[c.name].positions.values() for p in ps}) for c in conditions)
+        # A budgeted run planned the validation at this many forwards, and its deadline counted on it.
+        planned = validation_forwards(args, positions) if args.time_budget_seconds else None
         selection = select_stage(output, lm, conditions, configs, pool, initial=args.validation_samples,
                                  maximum=MAX_SAMPLES_FACTOR * args.validation_samples, objective=args.condition_objective,
-                                 identity=lambda c: _validation_identity(c, args))
+                                 identity=lambda c: _validation_identity(c, args), forwards_at_most=planned)
         chosen = next(c for c in pool if c.label == selection["chosen"])
         forwards["validation (at most)"] = sum(row["samples_per_position"] * sum(map(len, configs[c.name].positions.values()))
                                                for row in selection["candidates"] for c in conditions)

@@ -118,19 +118,25 @@ def is_close(lead: float, error: float) -> bool:
 
 def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], int], Mapping[str, Mapping[int, list]]],
            conditions: Sequence[ValidationCondition], candidates: Sequence[Candidate], *,
-           initial: int, maximum: int, objective: str = "mean") -> dict:
+           initial: int, maximum: int, objective: str = "mean", forwards_at_most: int | None = None) -> dict:
     """Choose among ``candidates`` on validation samples; see the module docstring.
 
     ``score(condition, {label: scales}, n)`` returns ``{label: {percent: [n scores]}}``, the first
     ``n`` validation samples of every gold position of the condition (cached, so a larger ``n``
     scores only the new ones). Returns the choice, every round and every candidate's validation
     fitness and role scores (JSON-serialisable).
+
+    ``forwards_at_most``: what ``--time-budget`` planned the validation at. A round that would score past
+    it is not started, and a tie left there is decided as one left at the maximum. The first round
+    always runs: every candidate needs a score.
     """
     if not candidates:
         raise ValueError("nothing to select from")
     if not 1 <= initial <= maximum:
         raise ValueError(f"validation samples: need 1 <= initial ({initial}) <= maximum ({maximum})")
+    positions = sum(len({p for ps in c.positions.values() for p in ps}) for c in conditions)
     n, contenders, rounds = initial, list(candidates), []
+    forwards, stopped = len(contenders) * n * positions, None
     while True:
         for condition in conditions:
             scored = score(condition, {c.label: c.scales for c in contenders}, n)
@@ -144,14 +150,21 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
                        "unresolved": [c.label for c in close]})
         if not close or n >= maximum:
             break
-        contenders, n = [leader, *close], min(2 * n, maximum)
+        more = min(2 * n, maximum)
+        cost = (1 + len(close)) * (more - n) * positions  # the cache scores only the new samples
+        if forwards_at_most is not None and forwards + cost > forwards_at_most:
+            stopped = (f"--time-budget planned the validation at {forwards_at_most} forwards; {n} samples per "
+                       f"position took {forwards}, and {more} would take {cost} more")
+            break
+        contenders, n, forwards = [leader, *close], more, forwards + cost
     # A lead still within two standard errors at the maximum is a tie the data leave: the preference
     # decides it, a uniform factor before a per-layer curve, not the leader's point estimate.
     chosen = max([leader, *close], key=lambda c: (c.is_uniform, values[c.label],
                                                    -math.inf if c.search_fitness is None else c.search_fitness))
     if chosen is not leader:
         message = (f"{NO_CURVE_WON} by more than two standard errors ({leader.label} led {chosen.label} by "
-                   f"{values[leader.label] - values[chosen.label]:.4f} on {n} samples per position)")
+                   f"{values[leader.label] - values[chosen.label]:.4f} on {n} samples per position"
+                   + ("; --time-budget stopped the validation there" if stopped else "") + ")")
     else:
         message = NO_CURVE_WON if leader.is_uniform else "a per-layer curve won on the validation samples"
     return {
@@ -160,9 +173,28 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
         "message": message,
         "objective": objective,
         "rounds": rounds,
+        "forwards_at_most": forwards_at_most,
+        "stopped_by_budget": stopped,
         "candidates": [{**_summary(conditions, c, objective),
                         "validation_fitness_first": rounds[0]["validation_fitness"][c.label]} for c in candidates],
     }
+
+
+def validation_forwards(args, positions: int) -> int:
+    """The forwards the honest choice is planned at (``--validation-samples``): every candidate (the
+    ``--select-top`` individuals, the start, the sweep's best and ``uniform.json``) on N samples per position,
+    and two of them doubled twice, to the 4N a lead within two standard errors can reach."""
+    if not args.validation_samples:
+        return 0
+    return (args.select_top + 3 + 2 * (MAX_SAMPLES_FACTOR - 1)) * args.validation_samples * positions
+
+
+def validation_forwards_at_most(args, positions: int) -> int:
+    """The validation's worst case: every candidate stays within two standard errors of the leader to the
+    last round, 4N samples per position (:func:`select` doubles N twice)."""
+    if not args.validation_samples:
+        return 0
+    return (args.select_top + 3) * MAX_SAMPLES_FACTOR * args.validation_samples * positions
 
 
 def _summary(conditions: Sequence[ValidationCondition], c: Candidate, objective: str) -> dict:

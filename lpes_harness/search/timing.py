@@ -10,7 +10,7 @@ from lpes_harness.search.budget import HELDOUT_MARGIN, RACING_SAVING, RANDOM_DRA
 from lpes_harness.search.callbacks import TimeLimitCallback
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import fail
-from lpes_harness.search.selection import MAX_SAMPLES_FACTOR
+from lpes_harness.search.selection import validation_forwards, validation_forwards_at_most
 
 
 def time_one_sample(fitness) -> float:
@@ -98,23 +98,6 @@ def heldout_rows(args) -> int:
     factor (``uniform.json``, or the sweep's best with ``--heldout-extra uniform``)."""
     uniform = args.uniform_tuning or ((args.sweep_values or args.base_sweep_values) and "uniform" in args.heldout_extra)
     return 2 + ("pi" in args.heldout_extra) + bool(uniform)
-
-
-def validation_forwards(args, positions: int) -> int:
-    """The forwards the honest choice is planned at (``--validation-samples``): every candidate (the
-    ``--select-top`` individuals, the start, the sweep's best and ``uniform.json``) on N samples per position,
-    and two of them doubled twice, to the 4N a lead within two standard errors can reach."""
-    if not args.validation_samples:
-        return 0
-    return (args.select_top + 3 + 2 * 3) * args.validation_samples * positions
-
-
-def validation_forwards_at_most(args, positions: int) -> int:
-    """The validation's worst case: every candidate stays within two standard errors of the leader to the
-    last round, 4N samples per position (:func:`lpes_harness.search.selection.select` doubles N twice)."""
-    if not args.validation_samples:
-        return 0
-    return (args.select_top + 3) * MAX_SAMPLES_FACTOR * args.validation_samples * positions
 
 
 def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
