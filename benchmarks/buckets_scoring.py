@@ -24,7 +24,6 @@ difference in log-probability).
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 

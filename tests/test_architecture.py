@@ -20,7 +20,6 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "lpes_harness"
 MAX_LINES = 450

@@ -19,7 +19,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Sequence
 
 from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
 from lpes_harness.plots import plot_condition_scores, plot_curve, plot_fitness

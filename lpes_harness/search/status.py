@@ -9,7 +9,6 @@ decide whether ``--resume`` is needed and what is left.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from lpes_harness.files import read_jsonl
