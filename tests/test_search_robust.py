@@ -281,9 +281,7 @@ def test_the_heldout_table_is_sized_for_a_ten_point_gain_at_p_001():
 
 @pytest.mark.parametrize("budget, seconds", [(600, 0.27), (1800, 1.0), (3600, 1.0)])
 def test_a_plan_fits_its_budget(budget, seconds):
-    from lpes_harness.search.budget import plan
-
-    from lpes_harness.search.budget import HELDOUT_MARGIN
+    from lpes_harness.search.budget import HELDOUT_MARGIN, plan
 
     chosen = plan(budget, seconds, positions=5, search_samples=8, sweep_points=2, overhead_seconds=30)
     search = (chosen.sweep_points + chosen.individuals) * 5 * 8
