@@ -114,7 +114,7 @@ def _status(output, capsys):
 def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, tmp_path, capsys):
     import shutil
 
-    _, output, _ = robust_run
+    checkpoint, output, _ = robust_run
     before = {p: p.stat().st_mtime_ns for p in output.rglob("*")}
     text = _status(output, capsys)
     assert before == {p: p.stat().st_mtime_ns for p in output.rglob("*")}  # read only
@@ -135,6 +135,17 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     (mid / "uniform_tuning.jsonl").write_text(journal[0] + "\n")
     text = _status(mid, capsys)
     assert "uniform factors: under way, 1 factor(s) scored" in text
+    # What is left, in forwards: the validation's planned rounds ((2 + 3) candidates on 1 sample per position,
+    # two of them on to 4) and the held-out table's rows as the start-up estimate plans them, 1 sample a position.
+    from lpes_harness.search.timing import heldout_rows
+
+    record = json.loads((output / "config.json").read_text())
+    positions = len({p for ps in record["fitness"]["positions"].values() for p in ps}) * len(CONDITIONS)
+    rows = heldout_rows(parse_args(robust_args(checkpoint, output)))
+    scored = len(json.loads((output / "heldout" / "six" / "heldout.json").read_text())["table"]["rows"])
+    assert scored <= rows  # a uniform choice drops its PI row
+    assert f"validation {(2 + 3 + 6) * positions}, held-out table {rows * positions} forwards)" in text, text
+    assert "left:" not in _status(output, capsys)  # nothing left once finished
     assert "validation: not started" in text and "held-out table: not started" in text
     assert f"stopped before the end: lpes-search --resume --output {mid}" in text
     assert "the run's time is in result.json once it finishes" in text  # a copy's file times say nothing
@@ -148,6 +159,7 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
                  for block in json.loads(cache.read_text())["blocks"].values())
     text = _status(late, capsys)
     assert scores > 0 and f"validation: under way, {scores} candidate score(s) cached" in text, text
+    assert "left: ~" in text and f"(validation {(2 + 3 + 6) * positions - scores}, held-out" in text, text
 
 
 def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from lpes_harness.files import read_jsonl
 from lpes_harness.search.cli import RUN_RECORD
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import folder_in_use, run_seconds
-from lpes_harness.search.selection import top_individuals
+from lpes_harness.search.selection import top_individuals, validation_forwards, validation_forwards_at_most
+from lpes_harness.search.sweep import parse_sweep
+from lpes_harness.search.timing import heldout_rows
 from lpes_harness.search.uniform_tuning import best_point
 
 NOT_STARTED = "not started"
@@ -60,7 +63,9 @@ def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
     budget_stop = bool((result or {}).get("stopped_early"))  # --time-budget ended it
     done = budget_stop or (completed is not None and planned is not None and completed >= planned)
     state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
-    generations = "no generation complete" if completed is None else f"generation {completed} of {planned} complete"
+    # -1: a checkpoint made before the initial population (generation 0) was whole.
+    generations = ("no generation complete" if completed is None or completed < 0
+                   else f"generation {completed} of {planned} complete")
     # The run's own best (as of its last generation's end), else the fittest individual scored in full
     # so far: a raced-out one's fitness is an upper bound only.
     best = checkpoint.get("best") or next(iter(top_individuals(history, 1)), None)
@@ -98,9 +103,7 @@ def _validation_line(folder: Path, record: dict) -> str:
     if not (folder / "validation").is_dir():
         return NOT_STARTED
     # A block holds a candidate's scores at one position of one condition; a later round adds samples to it.
-    scores = sum(len(block) for cache in (folder / "validation").glob("*/scores.cache.json")
-                 for block in ((_json(cache) or {}).get("blocks") or {}).values())
-    return f"under way, {scores} candidate score(s) cached under validation/ (one candidate on one sample)"
+    return f"under way, {_validation_scores(folder)} candidate score(s) cached under validation/ (one candidate on one sample)"
 
 
 def _chose_the_plain_model(folder: Path) -> bool:
@@ -156,6 +159,81 @@ def _time_line(record: dict, result: dict | None, running: bool) -> str:
         "model loads included, the gaps between processes left out)" if resumes else "model load included)")
 
 
+def _positions(record: dict) -> int:
+    """Gold positions the fitness scores, over every condition (one sample at each is one forward)."""
+    percents = {p for ps in ((record.get("fitness") or {}).get("positions") or {}).values() for p in ps}
+    return len(percents) * max(1, len(record.get("conditions") or []))
+
+
+def _eval_records(folder: Path, history: list[dict], sweep: dict | None) -> list[dict]:
+    """Every record scored so far with its seconds: sweep points, the search's individuals, uniform factors."""
+    points = (sweep or {}).get("points") or read_jsonl(folder / "sweep.jsonl")
+    return [r for r in [*points, *history, *read_jsonl(folder / UNIFORM_JOURNAL)]
+            if not r.get("cached") and (r.get("info") or {}).get("eval_seconds")]
+
+
+def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | None,
+               stages: dict[str, str]) -> str | None:
+    """What is left of an unfinished run, in forwards and in time at the seconds a forward has taken in
+    this run: the search at its own forwards per individual so far (racing and the cache as they went),
+    the validation at its planned rounds; and the upper bound (no racing, every validation candidate
+    tied). None before anything was timed or once nothing is left."""
+    settings = record.get("settings") or {}
+    timed = _eval_records(folder, history, sweep)
+    forwards_timed = forwards_of(timed)
+    if not settings or not forwards_timed:
+        return None
+    rate = sum(r["info"]["eval_seconds"] for r in timed) / forwards_timed
+    positions = _positions(record)
+    per_individual = positions * int(settings.get("num_samples") or 0)
+    typical, most = {}, {}
+    if not stages["sweep"].startswith(("done", "none")):
+        points = len(parse_sweep(settings.get("sweep"))) + (
+            len(parse_sweep(settings.get("base_sweep"))) if settings.get("scaling") == "both" else 0)
+        typical["sweep"] = most["sweep"] = max(0, points - len(read_jsonl(folder / "sweep.jsonl"))) * per_individual
+    search_done = stages["genetic search"].startswith("done")
+    search = record.get("search") or {}
+    planned = int(settings.get("population", search.get("population", 0))) + int(
+        settings.get("generations", search.get("generations", 0))) * (
+        2 * int(settings.get("crossovers", search.get("crossovers", 0))) + int(settings.get("mutants", search.get("mutants", 0))))
+    if not search_done:
+        scored = [r for r in history if not r.get("cached")]
+        mean = forwards_of(scored) / len(scored) if scored else per_individual
+        left = max(0, planned - len(history))
+        typical["search"], most["search"] = round(left * mean), left * per_individual
+    if stages["uniform factors"].startswith(("under way", NOT_STARTED)):
+        budget = forwards_of(history) + typical.get("search", 0)  # as many forwards as the search spends
+        used = sum(int(p.get("forwards") or 0) for p in read_jsonl(folder / UNIFORM_JOURNAL))
+        used += forwards_of((sweep or {}).get("points") or [])
+        typical["uniform factors"] = max(0, budget - used)
+        most["uniform factors"] = max(0, forwards_of(history) + most.get("search", 0) - used)
+    if stages["validation"].startswith(("under way", NOT_STARTED)):
+        args = SimpleNamespace(select_top=int(settings.get("select_top") or 0),
+                               validation_samples=int(settings.get("validation_samples") or 0))
+        cached = _validation_scores(folder)
+        typical["validation"] = max(0, validation_forwards(args, positions) - cached)
+        most["validation"] = max(0, validation_forwards_at_most(args, positions) - cached)
+    if stages["held-out table"].startswith(("under way", NOT_STARTED)):
+        # The rows the start-up estimate plans (a uniform choice drops its PI row: fewer, not more).
+        rows = heldout_rows(SimpleNamespace(uniform_tuning=settings.get("uniform_tuning"),
+                                            sweep_values=parse_sweep(settings.get("sweep")),
+                                            base_sweep_values=parse_sweep(settings.get("base_sweep")),
+                                            heldout_extra=settings.get("heldout_extra") or []))
+        typical["held-out table"] = most["held-out table"] = rows * positions * int(settings.get("heldout_samples") or 0)
+    if not any(most.values()):
+        return None
+    parts = ", ".join(f"{name} {typical[name]}" for name in typical if most[name])
+    return (f"left: ~{_hours(sum(typical.values()) * rate)} ({parts} forwards), at most "
+            f"{_hours(sum(most.values()) * rate)} ({sum(most.values())} forwards: no racing, every validation candidate "
+            f"tied); at {rate:.2f} s a forward, this run's so far")
+
+
+def _validation_scores(folder: Path) -> int:
+    """Candidate scores cached under validation/: one candidate on one sample at one position is one forward."""
+    return sum(len(block) for cache in (folder / "validation").glob("*/scores.cache.json")
+               for block in ((_json(cache) or {}).get("blocks") or {}).values())
+
+
 def run_status(folder: Path) -> list[str]:
     """Lines that say what a run folder holds, stage by stage, and what to do next. ``ValueError``
     when the folder holds no run."""
@@ -183,6 +261,9 @@ def run_status(folder: Path) -> list[str]:
     lines += [f"  {name}: {text}" for name, text in stages]
     finished = result is not None and search_done and all(
         text.startswith(("done", "not asked", "none")) for _, text in stages)
+    left = None if finished else _left_line(folder, record, history, sweep, dict(stages))
+    if left:
+        lines.append(f"  {left}")
     if running:
         lines.append("running: an lpes-search holds this folder now (ask --status again to follow it)")
     elif finished:
