@@ -160,6 +160,14 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     text = _status(late, capsys)
     assert scores > 0 and f"validation: under way, {scores} candidate score(s) cached" in text, text
     assert "left: ~" in text and f"(validation {(2 + 3 + 6) * positions - scores}, held-out" in text, text
+    # ... and a validation its --time-budget stopped says so, with the forwards it had.
+    budgeted = tmp_path / "budgeted"
+    shutil.copytree(output, budgeted)
+    selection = json.loads((budgeted / "selection.json").read_text())
+    selection["stopped_by_budget"] = "--time-budget planned the validation at 40 forwards; 1 sample per position took 30"
+    (budgeted / "selection.json").write_text(json.dumps(selection))
+    assert f"validation: done: {selection['chosen']}" in (text := _status(budgeted, capsys)), text
+    assert "(--time-budget planned the validation at 40 forwards; 1 sample per position took 30)" in text, text
 
 
 def test_a_folder_in_use_is_refused_to_a_second_search_and_status_says_it_runs(robust_run, tmp_path, capsys):

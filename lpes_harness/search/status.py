@@ -99,7 +99,8 @@ def _validation_line(folder: Path, record: dict) -> str:
         return "not asked for (--validation-samples 0): the search's best is the run's curve"
     selection = _json(folder / SELECTION_FILE)
     if selection is not None:
-        return f"done: {selection.get('chosen')}, {selection.get('message')}"
+        stopped = f" ({selection['stopped_by_budget']})" if selection.get("stopped_by_budget") else ""
+        return f"done: {selection.get('chosen')}, {selection.get('message')}{stopped}"
     if not (folder / "validation").is_dir():
         return NOT_STARTED
     # A block holds a candidate's scores at one position of one condition; a later round adds samples to it.
