@@ -194,9 +194,13 @@ def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | No
         typical["sweep"] = most["sweep"] = max(0, points - len(read_jsonl(folder / "sweep.jsonl"))) * per_individual
     search_done = stages["genetic search"].startswith("done")
     search = record.get("search") or {}
-    planned = int(settings.get("population", search.get("population", 0))) + int(
-        settings.get("generations", search.get("generations", 0))) * (
-        2 * int(settings.get("crossovers", search.get("crossovers", 0))) + int(settings.get("mutants", search.get("mutants", 0))))
+
+    def count(name: str) -> int:  # a resume may grow --generations: its settings are the latest
+        value = settings.get(name)
+        return int(value if value is not None else search.get(name) or 0)
+
+    # SearchConfig.planned_individuals: each crossover may evaluate two children.
+    planned = count("population") + count("generations") * (2 * count("crossovers") + count("mutants"))
     if not search_done:
         scored = [r for r in history if not r.get("cached")]
         mean = forwards_of(scored) / len(scored) if scored else per_individual
