@@ -247,6 +247,22 @@ def test_bad_robust_flags_are_one_line(flags, message, capsys):
     assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_estimate_prints_the_cost_or_the_budgets_plan_and_writes_nothing(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "model")
+    common = [sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32", "--task", "needle",
+              "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--profile", "cpu", "--no-progress", "--estimate"]
+    output = tmp_path / "run"
+    done = run([*common, "--output", str(output)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cost estimate: at most" in done.stdout and "--estimate: nothing searched" in done.stdout
+    assert not output.exists()
+    planned = run([*common, "--time-budget", "1h", "--output", str(output)])
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "time budget" in planned.stdout and "cost estimate" not in planned.stdout and not output.exists()
+    refused = run([sys.executable, GA, "--estimate", "--resume", "--output", str(output)])
+    assert refused.returncode == 2 and "--status --output DIR says what is left" in refused.stderr
+
+
 def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_before_the_search(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
     done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",

@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print where the run in --output stands, stage by stage (sweep, genetic search, uniform "
                           "factors, validation, held-out table), from its files alone, and exit: no model is loaded, "
                           "nothing is written; safe while the run goes on in another shell")
+    out.add_argument("--estimate", action="store_true",
+                     help="load the model, time one sample of each condition on this machine, print what the run "
+                          "would cost (or --time-budget's plan) and exit: nothing is searched or written. For a run "
+                          "under way, --status says what is left")
     out.add_argument("--overwrite", action="store_true",
                      help="start afresh even if --output holds a run: its checkpoint, journals, results, tables and "
                           "plots are removed first; score caches stay (keyed by scales, checked against task and model)")
@@ -198,6 +202,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.status and (args.resume or args.overwrite):  # before --resume reads the folder: the flags are the error
         parser.error("--status only reads the run folder: give it without --resume or --overwrite")
+    if args.estimate and (args.resume or args.status):
+        parser.error("--estimate times a new run; for one under way, --status --output DIR says what is left")
     config = _read_config(parser, args.config) if args.config else {}
     # --resume: the run's own settings, as its config.json recorded them ({} for a folder made
     # before runs recorded them: its flags must be given again).
@@ -243,7 +249,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # Flags that say how to run this command, not what the run is: never saved, never restored.
-NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress", "status"})
+NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress", "status", "estimate"})
 RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
 
 

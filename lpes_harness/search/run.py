@@ -126,13 +126,13 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     checkpoint_path = output / "checkpoint.json"
     record_path = output / RUN_RECORD
     holds_run = checkpoint_path.exists() or record_path.exists()
-    if holds_run and not (args.resume or args.overwrite):
+    if holds_run and not (args.resume or args.overwrite or args.estimate):
         fail(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
     if args.resume and not holds_run:
         fail(f"--resume: no run in {output} to continue (no {RUN_RECORD}, no checkpoint.json)")
     main_process = distributed.launched_rank() == 0  # accelerate's other ranks only serve rank 0
     # Before anything is loaded or written: a folder another lpes-search is running on is refused.
-    holding = main_process and output.is_dir()
+    holding = main_process and output.is_dir() and not args.estimate  # an estimate writes nothing there
     if holding:
         folder_lock.enter_context(holding_run_folder(output))
     # When the stopped process last did work, read before this one writes: the gap is not the run's time.
@@ -159,6 +159,8 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
 
         torch.set_num_threads(args.threads)
     context = distributed.init()
+    if args.estimate and context.world > 1:
+        fail("--estimate times one sample in one process; launch it without accelerate/torchrun")
     if several and context.world > 1:
         fail("--condition: a search over conditions runs in one process (the samples of each are not yet split "
              "across processes); launch it without accelerate/torchrun")
@@ -182,8 +184,14 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
     per_sample = time_one_sample(fitness)
     if args.time_budget_seconds and not resume_search:
-        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)
+        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)  # prints the plan
         config, fitness_config, current = _configure(args)
+    if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
+        print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
+                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args)
+    if args.estimate:
+        print(f"--estimate: nothing searched, nothing written ({output} not made or changed)", flush=True)
+        return {}
     spec = _genome_spec(args, n_layers, lm)
     settings = settings_record(args)  # what `--resume --output DIR` restores
 
@@ -213,9 +221,6 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         if not args.resume:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
         write_config(record_path, args.resume, run_record(), launched_at, idle_before)
-    if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
-        print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
-                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args)
     sweep = None
     if args.sweep_values or args.base_sweep_values:
         sweep = load_or_run_sweep(output, args, fitness, spec)
