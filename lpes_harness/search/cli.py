@@ -150,21 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
     out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
-    out.add_argument("--resume", action="store_true",
-                     help="continue the run in --output where it stopped, with its own settings (read from its "
-                          "config.json): no other flag is needed; one given again must keep its value, except "
-                          "--generations, which may grow")
-    out.add_argument("--status", action="store_true",
-                     help="print where the run in --output stands, stage by stage (sweep, genetic search, uniform "
-                          "factors, validation, held-out table), from its files alone, and exit: no model is loaded, "
-                          "nothing is written; safe while the run goes on in another shell")
-    out.add_argument("--estimate", action="store_true",
-                     help="load the model, time one sample of each condition on this machine, print what the run "
-                          "would cost (or --time-budget's plan) and exit: nothing is searched or written. For a run "
-                          "under way, --status says what is left")
-    out.add_argument("--overwrite", action="store_true",
-                     help="start afresh even if --output holds a run: its checkpoint, journals, results, tables and "
-                          "plots are removed first; score caches stay (keyed by scales, checked against task and model)")
+    out.add_argument("--resume", action="store_true", help="continue the run in --output where it stopped, with its "
+                     "own settings (from its config.json): no other flag is needed; one given again must keep its "
+                     "value, except --generations, which may grow")
+    out.add_argument("--status", action="store_true", help="print where the run in --output stands, stage by stage, "
+                     "and what is left, from its files alone, and exit: no model is loaded, nothing is written; safe "
+                     "while the run goes on in another shell")
+    out.add_argument("--estimate", action="store_true", help="time one sample of each condition on this machine, print "
+                     "what the run would cost (or --time-budget's plan) and exit: nothing is searched or written")
+    out.add_argument("--overwrite", action="store_true", help="start afresh even if --output holds a run: its checkpoint, "
+                     "journals, results, tables and plots are removed first; score caches (keyed by scales) stay")
     out.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     out.add_argument("--heldout-samples", type=int, default=0,
                      help="after the search, score vanilla, PI and the best curve on this many held-out samples "
