@@ -145,6 +145,9 @@ def test_status_reads_each_stage_from_the_folder_and_writes_nothing(robust_run, 
     scored = len(json.loads((output / "heldout" / "six" / "heldout.json").read_text())["table"]["rows"])
     assert scored <= rows  # a uniform choice drops its PI row
     assert f"validation {(2 + 3 + 6) * positions}, held-out table {rows * positions} forwards)" in text, text
+    # The validation's and the table's forwards at the share of a search forward the run measured at its start.
+    share = record["heldout_share"]
+    assert 0 < share <= 1 and (f"{share:.2f} of that for the validation's and the table's" in text) == (share < 1), text
     assert "left:" not in _status(output, capsys)  # nothing left once finished
     assert "validation: not started" in text and "held-out table: not started" in text
     assert f"stopped before the end: lpes-search --resume --output {mid}" in text
@@ -421,6 +424,12 @@ def test_the_printed_estimate_gives_the_search_its_own_worst_case_and_the_valida
     # 2.0 s = 30 min), not the validation's count of forwards read as seconds.
     assert f"at most 10 individuals x {robust.num_samples * positions} samples (3 roles) x 2.00 s/sample = " \
            f"{duration(10 * robust.num_samples * positions * 2.0)} worst case" in text, text
+    # A held-out or validation forward at the share of a sample's time the run measured (shared prompt text).
+    print_estimate(SimpleNamespace(planned_individuals=lambda: 10), fitness, 2.0, heldout_samples=600, args=robust,
+                   share=0.5)
+    text = capsys.readouterr().out
+    assert f"the held-out table, 600 samples = {duration(600 * 2.0 * 0.5)}" in text, text
+    assert f"if two go on to the most samples (~{duration(forwards * 2.0 * 0.5)})" in text, text
 
 
 def test_the_validations_worst_case_is_what_the_selection_scores_when_every_candidate_stays_tied():

@@ -48,7 +48,7 @@ from lpes_harness.search.run_record import (check_resume, clear_run_state, fail,
                                            record_genome, run_seconds, write_config)
 from lpes_harness.search.sample_order import load_order_state, order_state
 from lpes_harness.search.sweep import run_sweep
-from lpes_harness.search.timing import apply_budget, heldout_rows, print_estimate, time_limit, time_one_sample
+from lpes_harness.search.timing import apply_budget, heldout_rows, heldout_share, print_estimate, time_limit, time_one_sample
 
 # ----------------------------------------------------------------------------- callbacks
 
@@ -184,11 +184,14 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
     per_sample = time_one_sample(fitness)
     if args.time_budget_seconds and not resume_search:
-        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)  # prints the plan
+        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)  # prints the plan; sets heldout_share
         config, fitness_config, current = _configure(args)
+    elif args.heldout_samples or args.validation_samples:
+        args.heldout_share = heldout_share(fitness)  # for the estimate, and --status's (config.json)
     if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
         print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
-                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args)
+                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args,
+                       getattr(args, "heldout_share", 1.0))
     if args.estimate:
         print(f"--estimate: nothing searched, nothing written ({output} not made or changed)", flush=True)
         return {}
@@ -208,6 +211,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
             "chat_template": chat,
             "sweep": args.sweep_values, "lines": args.line_values, "heldout_samples": args.heldout_samples,
             "processes": context.world, "profile": args.profile,
+            "heldout_share": getattr(args, "heldout_share", None),  # a validation/held-out forward's time, relative
             "settings": settings,  # what `--resume --output DIR` restores
             "fingerprint": current,  # what it compares before the search has a checkpoint
         }

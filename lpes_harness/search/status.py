@@ -227,10 +227,18 @@ def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | No
         typical["held-out table"] = most["held-out table"] = rows * positions * int(settings.get("heldout_samples") or 0)
     if not any(most.values()):
         return None
+    # The validation and the table score a sample at every gold position together, and those prompts share
+    # their text: their forwards take this share of a search forward's time (measured at the run's start).
+    share = float(record.get("heldout_share") or 1.0)
+
+    def seconds(forwards: dict) -> float:
+        return rate * sum(n * (share if name in ("validation", "held-out table") else 1.0) for name, n in forwards.items())
+
     parts = ", ".join(f"{name} {typical[name]}" for name in typical if most[name])
-    return (f"left: ~{_hours(sum(typical.values()) * rate)} ({parts} forwards), at most "
-            f"{_hours(sum(most.values()) * rate)} ({sum(most.values())} forwards: no racing, every validation candidate "
-            f"tied); at {rate:.2f} s a forward, this run's so far")
+    shared = f", {share:.2f} of that for the validation's and the table's" if share < 1 else ""
+    return (f"left: ~{_hours(seconds(typical))} ({parts} forwards), at most {_hours(seconds(most))} "
+            f"({sum(most.values())} forwards: no racing, every validation candidate tied); at {rate:.2f} s a "
+            f"forward, this run's so far{shared}")
 
 
 def _validation_scores(folder: Path) -> int:

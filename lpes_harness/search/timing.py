@@ -28,10 +28,11 @@ def time_one_sample(fitness) -> float:
 
 
 def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_points: int = 0,
-                   heldout_samples: int = 0, args=None) -> None:
+                   heldout_samples: int = 0, args=None, share: float = 1.0) -> None:
     """Project the run's worst case (no cache hits, no racing) from the seconds a sample takes.
 
-    ``heldout_samples``: all the samples of the held-out table after the search (0: none)."""
+    ``heldout_samples``: all the samples of the held-out table after the search (0: none). ``share``: a
+    validation or held-out forward's time against a search sample's (:func:`heldout_share`)."""
     samples = sum(fitness.sizes.values())
     individuals = config.planned_individuals() + sweep_points
     worst = individuals * samples * per_sample
@@ -43,10 +44,12 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
         planned = validation_forwards(args, positions)  # what --time-budget plans it at
         tied = validation_forwards_at_most(args, positions)
         after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards if two go on to "
-                     f"the most samples (~{duration(planned * per_sample)}), {tied} at most, when all stay tied "
-                     f"(~{duration(tied * per_sample)})")
+                     f"the most samples (~{duration(planned * per_sample * share)}), {tied} at most, when all stay "
+                     f"tied (~{duration(tied * per_sample * share)})")
     if heldout_samples:
-        after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample)}")
+        after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample * share)}")
+    if share < 1 and (heldout_samples or (args is not None and args.validation_samples)):
+        after.append(f"(those at {share:.2f} of a sample's time: a sample's prompts at the gold positions share their text)")
     print(
         f"cost estimate: at most {individuals} individuals x {samples} samples "
         f"({len(fitness.sizes)} roles) x {per_sample:.2f} s/sample = {duration(worst)} worst case; "
