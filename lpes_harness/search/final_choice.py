@@ -21,7 +21,7 @@ from typing import Sequence
 from lpes_harness.analysis.conditions import Condition
 from lpes_harness.scaling import uniform_factor
 from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, NO_CURVE_WON, Candidate, ValidationCondition, select,
-                                          top_individuals, validation_forwards)
+                                          gold_positions, top_individuals, validation_forwards)
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
 
 UNIFORM_FILE = "uniform.json"
@@ -231,9 +231,9 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
                             "fitness": start["fitness"]})
     if args.validation_samples:
         pool = candidates(history, uniforms, spec, args.scaling, args.select_top)
-        positions = sum(len({p for ps in configs[c.name].positions.values() for p in ps}) for c in conditions)
         # A budgeted run planned the validation at this many forwards, and its deadline counted on it.
-        planned = validation_forwards(args, positions) if args.time_budget_seconds else None
+        planned = (validation_forwards(args, gold_positions([configs[c.name] for c in conditions]))
+                   if args.time_budget_seconds else None)
         selection = select_stage(output, lm, conditions, configs, pool, initial=args.validation_samples,
                                  maximum=MAX_SAMPLES_FACTOR * args.validation_samples, objective=args.condition_objective,
                                  identity=lambda c: _validation_identity(c, args), forwards_at_most=planned)

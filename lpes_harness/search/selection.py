@@ -134,7 +134,7 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
         raise ValueError("nothing to select from")
     if not 1 <= initial <= maximum:
         raise ValueError(f"validation samples: need 1 <= initial ({initial}) <= maximum ({maximum})")
-    positions = sum(len({p for ps in c.positions.values() for p in ps}) for c in conditions)
+    positions = gold_positions(conditions)
     n, contenders, rounds = initial, list(candidates), []
     forwards, stopped = len(contenders) * n * positions, None
     while True:
@@ -178,6 +178,12 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
         "candidates": [{**_summary(conditions, c, objective),
                         "validation_fitness_first": rounds[0]["validation_fitness"][c.label]} for c in candidates],
     }
+
+
+def gold_positions(conditions) -> int:
+    """Gold positions over ``conditions`` (anything with a role -> percents ``positions``): the forwards one
+    candidate costs per sample per position."""
+    return sum(len({p for ps in c.positions.values() for p in ps}) for c in conditions)
 
 
 def validation_forwards(args, positions: int) -> int:

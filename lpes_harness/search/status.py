@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from lpes_harness.files import read_jsonl
 from lpes_harness.search.cli import RUN_RECORD
+from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import folder_in_use, run_seconds
 from lpes_harness.search.selection import top_individuals, validation_forwards, validation_forwards_at_most
@@ -76,6 +77,13 @@ def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
             f"{forwards_of(history)} forwards{best_text}"), history, done
 
 
+def _uniform_forwards_used(folder: Path, sweep: dict | None) -> int:
+    """The uniform factors' forwards so far; the sweep's count too (its factors are uniform points): the
+    same sum the run makes."""
+    used = sum(int(p.get("forwards") or 0) for p in read_jsonl(folder / UNIFORM_JOURNAL))
+    return used + forwards_of((sweep or {}).get("points") or [])
+
+
 def _uniform_line(folder: Path, record: dict, history: list[dict], sweep: dict | None) -> str:
     if not (record.get("settings") or {}).get("uniform_tuning"):
         return "not asked for (--no-uniform-tuning)"
@@ -85,9 +93,7 @@ def _uniform_line(folder: Path, record: dict, history: list[dict], sweep: dict |
     points = read_jsonl(folder / UNIFORM_JOURNAL)
     if not points:
         return NOT_STARTED
-    used = sum(int(p.get("forwards") or 0) for p in points)
-    # The sweep's forwards count too (its factors are uniform points): the same sum the run makes.
-    used += forwards_of((sweep or {}).get("points") or [])
+    used = _uniform_forwards_used(folder, sweep)
     best = best_point(points)
     best_text = "" if best is None else f"; the best of them {best['label']} ({best['fitness']:.4f})"
     return (f"under way, {len(points)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
@@ -195,12 +201,10 @@ def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | No
     search_done = stages["genetic search"].startswith("done")
     search = record.get("search") or {}
 
-    def count(name: str) -> int:  # a resume may grow --generations: its settings are the latest
-        value = settings.get(name)
-        return int(value if value is not None else search.get(name) or 0)
-
-    # SearchConfig.planned_individuals: each crossover may evaluate two children.
-    planned = count("population") + count("generations") * (2 * count("crossovers") + count("mutants"))
+    # A resume may grow --generations: its settings are the latest, "search" the first run's.
+    sizes = {name: settings.get(name, search.get(name)) for name in ("population", "parents", "mutants", "crossovers",
+                                                                     "generations")}
+    planned = SearchConfig(**{k: int(v) for k, v in sizes.items() if v is not None}).planned_individuals()
     if not search_done:
         scored = [r for r in history if not r.get("cached")]
         mean = forwards_of(scored) / len(scored) if scored else per_individual
@@ -208,8 +212,7 @@ def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | No
         typical["search"], most["search"] = round(left * mean), left * per_individual
     if stages["uniform factors"].startswith(("under way", NOT_STARTED)):
         budget = forwards_of(history) + typical.get("search", 0)  # as many forwards as the search spends
-        used = sum(int(p.get("forwards") or 0) for p in read_jsonl(folder / UNIFORM_JOURNAL))
-        used += forwards_of((sweep or {}).get("points") or [])
+        used = _uniform_forwards_used(folder, sweep)
         typical["uniform factors"] = max(0, budget - used)
         most["uniform factors"] = max(0, forwards_of(history) + most.get("search", 0) - used)
     if stages["validation"].startswith(("under way", NOT_STARTED)):
