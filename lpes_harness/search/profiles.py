@@ -106,7 +106,8 @@ PROFILES = {
     # is ~1.7 h worst case (racing cuts it), the uniform factors as many forwards again, then 5
     # candidates on 6+ validation samples per position, then a 10-per-position held-out look per
     # condition (the tables that decide are analysis.transfer's, 100 per position): ~3 h on that CPU,
-    # about 45 min with AMX.
+    # about 45 min with AMX (estimates). Measured in float32 on 2 cores without avx512_bf16 (GA seed 2):
+    # over 4 h of scoring before its validation; `lpes-search --estimate` says for the machine at hand.
     "robust-smollm2": {
         "task": "multi_needle", "fitness": "greedy", "num_samples": 6, "chunk_size": 3,
         "condition": ['60 sentences={"num_sentences": 60}', '240 sentences={"num_sentences": 240}',
@@ -192,8 +193,8 @@ profiles (--profile; the command line and --config override a profile's values):
          y in [0.25, 2.5], base y in [0.5, 4]), 6 samples per position per condition,
          population 8, 3 generations; then uniform.json (the best single factor, tuned on
          as many forwards as the search), the honest choice on validation samples
-         (scales.json), and 10 held-out samples per position per condition (~3 h on 2
-         cores without AMX)
+         (scales.json), and 10 held-out samples per position per condition (over 3 h
+         on 2 cores without AMX; over 4 h in float32: --estimate says for this machine)
   robust-smollm2-gpu  robust-smollm2 sized for one GPU: 60, 120 and 240 sentences and 16
          needles, 12 samples per position of each, population 10, no held-out table (score
          the result with python -m lpes_harness.analysis.transfer --batch-size 10)
