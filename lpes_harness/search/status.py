@@ -77,26 +77,25 @@ def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
             f"{forwards_of(history)} forwards{best_text}"), history, done
 
 
-def _uniform_forwards_used(folder: Path, sweep: dict | None) -> int:
+def _uniform_forwards_used(uniforms: list[dict], sweep: dict | None) -> int:
     """The uniform factors' forwards so far; the sweep's count too (its factors are uniform points): the
     same sum the run makes."""
-    used = sum(int(p.get("forwards") or 0) for p in read_jsonl(folder / UNIFORM_JOURNAL))
+    used = sum(int(p.get("forwards") or 0) for p in uniforms)
     return used + forwards_of((sweep or {}).get("points") or [])
 
 
-def _uniform_line(folder: Path, record: dict, history: list[dict], sweep: dict | None) -> str:
+def _uniform_line(folder: Path, record: dict, history: list[dict], uniforms: list[dict], sweep: dict | None) -> str:
     if not (record.get("settings") or {}).get("uniform_tuning"):
         return "not asked for (--no-uniform-tuning)"
     chosen = _json(folder / UNIFORM_FILE)
     if chosen is not None:
         return f"done: {chosen.get('label')} (fitness {float(chosen.get('fitness', float('nan'))):.4f})"
-    points = read_jsonl(folder / UNIFORM_JOURNAL)
-    if not points:
+    if not uniforms:
         return NOT_STARTED
-    used = _uniform_forwards_used(folder, sweep)
-    best = best_point(points)
+    used = _uniform_forwards_used(uniforms, sweep)
+    best = best_point(uniforms)
     best_text = "" if best is None else f"; the best of them {best['label']} ({best['fitness']:.4f})"
-    return (f"under way, {len(points)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
+    return (f"under way, {len(uniforms)} factor(s) scored, {used} of at least {forwards_of(history)} forwards "
             f"(the genetic search's){best_text}")
 
 
@@ -172,21 +171,21 @@ def _positions(record: dict) -> int:
     return len(percents) * max(1, len(record.get("conditions") or []))
 
 
-def _eval_records(folder: Path, history: list[dict], sweep: dict | None) -> list[dict]:
+def _eval_records(folder: Path, history: list[dict], uniforms: list[dict], sweep: dict | None) -> list[dict]:
     """Every record scored so far with its seconds: sweep points, the search's individuals, uniform factors."""
     points = (sweep or {}).get("points") or read_jsonl(folder / "sweep.jsonl")
-    return [r for r in [*points, *history, *read_jsonl(folder / UNIFORM_JOURNAL)]
+    return [r for r in [*points, *history, *uniforms]
             if not r.get("cached") and (r.get("info") or {}).get("eval_seconds")]
 
 
-def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | None,
+def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[dict], sweep: dict | None,
                stages: dict[str, str]) -> str | None:
     """What is left of an unfinished run, in forwards and in time at the seconds a forward has taken in
     this run: the search at its own forwards per individual so far (racing and the cache as they went),
     the validation at its planned rounds; and the upper bound (no racing, every validation candidate
     tied). None before anything was timed or once nothing is left."""
     settings = record.get("settings") or {}
-    timed = _eval_records(folder, history, sweep)
+    timed = _eval_records(folder, history, uniforms, sweep)
     forwards_timed = forwards_of(timed)
     if not settings or not forwards_timed:
         return None
@@ -212,7 +211,7 @@ def _left_line(folder: Path, record: dict, history: list[dict], sweep: dict | No
         typical["search"], most["search"] = round(left * mean), left * per_individual
     if stages["uniform factors"].startswith(("under way", NOT_STARTED)):
         budget = forwards_of(history) + typical.get("search", 0)  # as many forwards as the search spends
-        used = _uniform_forwards_used(folder, sweep)
+        used = _uniform_forwards_used(uniforms, sweep)
         typical["uniform factors"] = max(0, budget - used)
         most["uniform factors"] = max(0, forwards_of(history) + most.get("search", 0) - used)
     if stages["validation"].startswith(("under way", NOT_STARTED)):
@@ -271,13 +270,14 @@ def run_status(folder: Path) -> list[str]:
     if record.get("started"):
         lines.append(f"  {_time_line(record, result, running)}")
     search_line, history, search_done = _search_line(folder, record, result)
+    uniforms = read_jsonl(folder / UNIFORM_JOURNAL)  # the uniform factors scored so far, read once
     stages = [("sweep", _sweep_line(folder, record, sweep)), ("genetic search", search_line),
-              ("uniform factors", _uniform_line(folder, record, history, sweep)),
+              ("uniform factors", _uniform_line(folder, record, history, uniforms, sweep)),
               ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record, result))]
     lines += [f"  {name}: {text}" for name, text in stages]
     finished = result is not None and search_done and all(
         text.startswith(("done", "not asked", "none")) for _, text in stages)
-    left = None if finished else _left_line(folder, record, history, sweep, dict(stages))
+    left = None if finished else _left_line(folder, record, history, uniforms, sweep, dict(stages))
     if left:
         lines.append(f"  {left}")
     if running:
