@@ -432,6 +432,9 @@ def test_the_printed_estimate_gives_the_search_its_own_worst_case_and_the_valida
     text = capsys.readouterr().out
     assert f"the held-out table, 600 samples = {duration(600 * 2.0 * 0.5)}" in text, text
     assert f"if two go on to the most samples (~{duration(forwards * 2.0 * 0.5)})" in text, text
+    # The share is a note on the stages it shortens, not a stage after the table ("then (those at ...").
+    assert f"= {duration(600 * 2.0 * 0.5)} (validation and table at 0.50 of a sample's time" in text, text
+    assert "; then (" not in text, text
 
 
 def test_the_validations_worst_case_is_what_the_selection_scores_when_every_candidate_stays_tied():

@@ -182,7 +182,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
           f"{chat if several else ('on' if chat else 'off')}; "
           + (f"conditions {', '.join(c.name for c in conditions)} ({args.condition_objective})" if several else
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
-    per_sample = time_one_sample(fitness)
+    per_sample, args.heldout_share = time_one_sample(fitness), None  # the share: set where a table follows
     if args.time_budget_seconds and not resume_search:
         apply_budget(args, fitness, per_sample, time.perf_counter() - launched)  # prints the plan; sets heldout_share
         config, fitness_config, current = _configure(args)
@@ -191,7 +191,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
         print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
                        heldout_rows(args) * _positions(conditions) * args.heldout_samples, args,
-                       getattr(args, "heldout_share", 1.0))
+                       args.heldout_share or 1.0)
     if args.estimate:
         print(f"--estimate: nothing searched, nothing written ({output} not made or changed)", flush=True)
         return {}
@@ -211,7 +211,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
             "chat_template": chat,
             "sweep": args.sweep_values, "lines": args.line_values, "heldout_samples": args.heldout_samples,
             "processes": context.world, "profile": args.profile,
-            "heldout_share": getattr(args, "heldout_share", None),  # a validation/held-out forward's time, relative
+            "heldout_share": args.heldout_share,  # a validation/held-out forward's time, relative
             "settings": settings,  # what `--resume --output DIR` restores
             "fingerprint": current,  # what it compares before the search has a checkpoint
         }

@@ -39,7 +39,8 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
     after = []
     if args is not None and args.uniform_tuning:
         after.append(f"uniform factors as many forwards as the search ({duration(config.planned_individuals() * samples * per_sample)} at most)")
-    if args is not None and args.validation_samples:
+    validating = args is not None and args.validation_samples
+    if validating:
         positions = samples // args.num_samples
         planned = validation_forwards(args, positions)  # what --time-budget plans it at
         tied = validation_forwards_at_most(args, positions)
@@ -48,8 +49,8 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
                      f"tied (~{duration(tied * per_sample * share)})")
     if heldout_samples:
         after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample * share)}")
-    if share < 1 and (heldout_samples or (args is not None and args.validation_samples)):
-        after.append(f"(those at {share:.2f} of a sample's time: a sample's prompts at the gold positions share their text)")
+    if share < 1 and (heldout_samples or validating):  # a note on the parts before it, not a stage of its own
+        after[-1] += f" (validation and table at {share:.2f} of a sample's time: a sample's prompts at the gold positions share their text)"
     print(
         f"cost estimate: at most {individuals} individuals x {samples} samples "
         f"({len(fitness.sizes)} roles) x {per_sample:.2f} s/sample = {duration(worst)} worst case; "
