@@ -80,6 +80,24 @@ def test_every_lm_eval_name_is_registered_as_the_class_the_table_names():
             assert set(entry.grid or {}) <= names, (lm_eval, entry.name)
 
 
+def test_lpes_eval_help_ends_with_every_model_of_the_table_and_every_position_task(capsys):
+    from lpes_harness.plugin import main
+    from lpes_harness.tasks import BUILTIN_POSITION_TASKS
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code in (0, None)
+    text = capsys.readouterr().out
+    ours = text[text.index("lpes-harness adds"):]  # after lm-eval's own help, which names none of these
+    assert 0 <= text.find("Language Model Evaluation Harness") < text.index("lpes-harness adds")  # lm-eval's first
+    for method in METHODS.values():
+        assert f"{method.lm_eval}: " in ours and method.label in ours, method.name
+    for name in BUILTIN_POSITION_TASKS:
+        assert f"    {name}: positions " in ours, name
+    assert "kv_retrieval: positions 0, 20, 40, 60, 80, 100 %; num_pairs (default 30)" in ours
+    assert "mmlu_local" in ours and "zeroscrolls" in ours
+
+
 def test_a_run_is_named_by_its_model_and_arguments():
     assert run_of("lpes_hf", {"scales": "run/scales.json"}).label == "LPES"
     assert run_of("lpes_hf", {"scales": "f.json", "scaling": "base"}).name == "lpes_base"
