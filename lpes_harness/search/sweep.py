@@ -11,13 +11,20 @@ uniform 1.2 fails), so a range cut to where uniform scales still work would excl
 
 Values are scored best-guess first (the one nearest 1) and later ones are raced against
 the best so far, so a value that wrecks the model costs only a few samples.
+
+:func:`load_or_run_sweep` is a run's sweep stage (each point journalled, a resume reads them back) and
+:func:`start_from` moves the genome's start to its best factor.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
+from lpes_harness.search.sample_order import load_order_state, order_state
 
 
 def parse_sweep(text) -> list[float]:
@@ -137,3 +144,82 @@ def plot_sweep(sweep: dict, path: str | Path, best_curve: Sequence[float] | None
     path = Path(path)
     draw(sweep, path, best_curve)
     return path
+
+
+def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
+    """The sweep of this run: read back on --resume (same values), else scored now and saved.
+
+    Scaling both scores the uniform position factors of ``--sweep`` (base 1), then the uniform base
+    factors of ``--base-sweep`` (positions as they are), raced against the best of either kind.
+    Each point is journalled in ``sweep.jsonl`` as soon as it is scored: a sweep killed part way
+    resumes with the points it had (they are not scored again), and ``sweep.json`` replaces the
+    journal once the sweep is complete."""
+    path, journal = output / "sweep.json", output / "sweep.jsonl"
+    plan = sweep_plan(args, spec)
+    wanted = sorted((kind or "", v) for kind, values, _ in plan for v in values)
+    # Each point and the finished sweep keep the sample order's statistics as of then (hardest order):
+    # a sweep resumed, or a search started after it, races as the uninterrupted run would have.
+    if args.resume and path.exists():
+        saved = json.loads(path.read_text())
+        if sorted((p.get("kind", ""), p["scale"]) for p in saved["points"]) == wanted:
+            journal.unlink(missing_ok=True)  # left by a kill between the two
+            load_order_state(fitness, saved.get("sample_order"))
+            return saved
+    lines = read_jsonl(journal) if args.resume else []  # the run's settings were checked: this very sweep's
+    if lines:
+        load_order_state(fitness, lines[-1].get("sample_order"))
+    if not args.resume:
+        journal.unlink(missing_ok=True)
+    print(f"sweep: uniform {'factors' if args.scaling == 'both' else 'scales'} "
+          + "; ".join(f"{kind + ' ' if kind else ''}{', '.join(f'{v:g}' for v in values)}" for kind, values, _ in plan if values)
+          + (f" ({len(lines)} scored before the stop, read back from {journal.name})" if lines else ""), flush=True)
+
+    def journal_point(point: dict) -> None:
+        state = order_state(fitness)
+        append_jsonl(journal, {**point, "sample_order": state} if state else point)
+        kill_point("sweep")  # test hook (lpes_harness.files.kill_point): a kill in the sweep
+
+    points, best = [], None
+    for kind, values, uniform in plan:
+        if not values:
+            continue
+        known = {line["scale"]: (line["fitness"], line["info"]) for line in lines
+                 if line.get("kind") == kind and line.get("scale") in values}
+        part = run_sweep(fitness, values, uniform, known=known, on_point=journal_point, kind=kind, best=best)
+        points += part["points"]
+        best = part["best_point"]
+    for point in points:
+        info = point["info"] or {}
+        print(f"  uniform {point.get('kind', '')} {point['scale']:g}: fitness {point['fitness']:.4f}"
+              f"{' (raced out)' if info.get('raced') else ''} {info.get('scores')}", flush=True)
+    sweep = {"points": points, "best": best["scale"]}
+    if "kind" in best:
+        sweep["best_kind"] = best["kind"]
+    if state := order_state(fitness):
+        sweep["sample_order"] = state
+    atomic_write_json(path, sweep)
+    journal.unlink(missing_ok=True)
+    return sweep
+
+
+def sweep_plan(args, spec) -> list:
+    """(kind, values, uniform scales of a value) per kind the sweep scores."""
+    if args.scaling == "both":
+        return [("position", args.sweep_values, lambda v: spec.uniform_pair(position=v)),
+                ("base", args.base_sweep_values, lambda v: spec.uniform_pair(base=v))]
+    return [(None, args.sweep_values, spec.uniform)]
+
+
+def start_from(spec, args, sweep: dict):
+    """The genome's start at the sweep's best uniform factor (of its kind, under scaling both)."""
+    if args.scaling == "both":
+        kind = sweep.get("best_kind", "position")
+        spec = spec.starting_at(sweep["best"] if kind == "position" else 1.0, sweep["best"] if kind == "base" else 1.0)
+        print(f"sweep: best uniform factor {kind} {sweep['best']:g} -> the search starts from position y = "
+              f"{spec.initial_y:g}, base y = {spec.base_initial_y:g} (ranges kept)", flush=True)
+    else:
+        spec = spec.starting_at(sweep["best"])
+        print(f"sweep: best uniform scale {sweep['best']:g} -> the search starts from y = {spec.initial_y:g} "
+              f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
+    args.initial_y = spec.initial_y
+    return spec
