@@ -206,3 +206,24 @@ def test_a_paired_comparison_killed_mid_run_resumes_from_its_score_cache(checkpo
     table = json.loads((output / "heldout.json").read_text())
     reference = json.loads((uninterrupted / "heldout.json").read_text())
     assert table["table"] == reference["table"] and table["scored"]["scores"] == reference["scored"]["scores"]
+
+
+def test_ctrl_c_says_in_one_line_what_is_kept_and_how_to_resume_with_status_130(tmp_path, monkeypatch, capsys):
+    from lpes_harness.search import run as run_module
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "run", interrupted)
+    folder = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        run_module.main(["--output", str(folder)])
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"interrupted; nothing was written to {folder}" in err, err
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")  # a run that had started: its record is written before the sweep
+    with pytest.raises(SystemExit) as stopped:
+        run_module.main(["--output", str(folder)])
+    assert stopped.value.code == 130
+    assert f"lpes-search --resume --output {folder} continues it" in capsys.readouterr().err

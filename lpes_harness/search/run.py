@@ -363,7 +363,14 @@ def main(argv=None) -> None:
         except ValueError as err:
             fail(str(err))
         return
-    run(args)
+    try:
+        run(args)
+    except KeyboardInterrupt:  # Ctrl-C on an hours-long run: say what is kept, not a traceback
+        folder = run_folder(args)
+        kept = (f"what was scored is kept: lpes-search --resume --output {folder} continues it"
+                if (folder / RUN_RECORD).is_file() else f"nothing was written to {folder}")
+        print(f"\nlpes-search: interrupted; {kept}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":
