@@ -118,6 +118,8 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
     # Mid-generation 1: two of its individuals journalled.
     killed = resume(output, kill="individual:2")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # A resumed search says what is left of it (--status's line), not the whole run's worst case again.
+    assert "resumed; left: " in killed.stdout and "cost estimate" not in killed.stdout, killed.stdout[-3000:]
     assert_every_file_parses(output)
     assert len(lines(output / "generations.jsonl")) == 1 and len(lines(output / "checkpoint.jsonl")) == 2
 

@@ -187,7 +187,10 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         config, fitness_config, current = _configure(args)
     elif args.heldout_samples or args.validation_samples:
         args.heldout_share = heldout_share(fitness)  # for the estimate, and --status's (config.json)
-    if not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
+    left = _left_to_do(output) if resume_search and not args.time_budget_seconds else None
+    if left:  # a resumed search: what is left of it, not the whole run's worst case again
+        print(f"resumed; {left}", flush=True)
+    elif not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
         print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
                        heldout_rows(args) * _positions(conditions) * args.heldout_samples, args,
                        args.heldout_share or 1.0)
@@ -294,6 +297,17 @@ def _add_run_seconds(result: dict, record_path: Path, key: str) -> None:
     seconds = run_seconds(json.loads(record_path.read_text()))
     if seconds is not None:
         result[key] = seconds
+
+
+def _left_to_do(output: Path) -> str | None:
+    """``--status``'s line on what is left of the run in ``output`` (None where it cannot say)."""
+    from lpes_harness.search.status import run_status
+
+    try:
+        lines = [line.strip() for line in run_status(output)]
+    except (ValueError, OSError, KeyError):
+        return None
+    return next((line for line in lines if line.startswith("left:")), None)
 
 
 def _positions(conditions) -> int:
