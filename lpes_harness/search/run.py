@@ -181,9 +181,10 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
           f"{chat if several else ('on' if chat else 'off')}; "
           + (f"conditions {', '.join(c.name for c in conditions)} ({args.condition_objective})" if several else
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
-    per_sample, args.heldout_share = time_one_sample(fitness), None  # the share: set where a table follows
+    args.heldout_share = None  # set where a validation or a held-out table follows the search
+    # A sample is timed (ten forwards or so) only for a plan or an estimate that uses it.
     if args.time_budget_seconds and not resume_search:
-        apply_budget(args, fitness, per_sample, time.perf_counter() - launched)  # prints the plan; sets heldout_share
+        apply_budget(args, fitness, time_one_sample(fitness), time.perf_counter() - launched)  # sets heldout_share
         config, fitness_config, current = _configure(args)
     elif args.heldout_samples or args.validation_samples:
         args.heldout_share = heldout_share(fitness)  # for the estimate, and --status's (config.json)
@@ -191,7 +192,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
     if left:  # a resumed search: what is left of it, not the whole run's worst case again
         print(f"resumed; {left}", flush=True)
     elif not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
-        print_estimate(config, fitness, per_sample, len(args.sweep_values) + len(args.base_sweep_values),
+        print_estimate(config, fitness, time_one_sample(fitness), len(args.sweep_values) + len(args.base_sweep_values),
                        heldout_rows(args) * _positions(conditions) * args.heldout_samples, args,
                        args.heldout_share or 1.0)
     if args.estimate:
