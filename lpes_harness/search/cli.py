@@ -15,6 +15,7 @@ from lpes_harness.search.fitness import OBJECTIVES, ROLES
 from lpes_harness.search.condition_fitness import CONDITION_OBJECTIVES
 from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile_heldout_samples
 from lpes_harness.search.sweep import check_lines, parse_lines, parse_sweep
+from lpes_harness.search.run_record import RUN_RECORD, read_run_record, run_folder
 from lpes_harness.search.sample_order import SAMPLE_ORDERS
 
 DESCRIPTION = """\
@@ -245,7 +246,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # Flags that say how to run this command, not what the run is: never saved, never restored.
 NOT_SAVED = frozenset({"config", "resume", "overwrite", "output", "no_progress", "status", "estimate"})
-RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
 
 
 def settings_record(args: argparse.Namespace) -> dict:
@@ -257,25 +257,6 @@ def settings_record(args: argparse.Namespace) -> dict:
     flags = {action.dest for action in build_parser()._actions if action.dest != "help"} - NOT_SAVED
     return json.loads(json.dumps({name: getattr(args, name) for name in sorted(flags) if hasattr(args, name)},
                                  default=str))
-
-
-def run_folder(args: argparse.Namespace) -> Path:
-    """The folder a run writes to (``--output``, else ``results/<run name>``)."""
-    return Path(args.output or Path("results") / (args.run_name or f"{args.task}_{args.curve}_seed{args.seed}"))
-
-
-def read_run_record(folder: Path) -> dict | None:
-    """The run's ``config.json``, or None when there is none; ValueError when it is not JSON."""
-    path = Path(folder) / RUN_RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path}: not a run record (a JSON object)")
-    return record
 
 
 def _saved_settings(parser, args) -> dict:

@@ -38,14 +38,15 @@ from lpes_harness.models import auto_dtype, choose_dtype, default_device, machin
 from lpes_harness.plots import plot_uniform_points
 from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
                                          SampleOrderCallback, load_checkpoint)
-from lpes_harness.search.cli import RUN_RECORD, parse_args, read_run_record, run_folder, settings_record
+from lpes_harness.search.cli import parse_args, settings_record
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
-from lpes_harness.search.run_record import (check_resume, clear_run_state, fail, holding_run_folder, idle_since_last_write,
-                                           record_genome, run_seconds, write_config)
+from lpes_harness.search.run_record import (RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
+                                           idle_since_last_write, read_run_record, record_genome, run_folder,
+                                           run_seconds, write_config)
 from lpes_harness.search.sweep import load_or_run_sweep, start_from
 from lpes_harness.search.timing import apply_budget, heldout_rows, heldout_share, print_estimate, time_limit, time_one_sample
 

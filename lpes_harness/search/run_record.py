@@ -17,6 +17,26 @@ from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFO
 from lpes_harness.search.fingerprint import mismatches
 
 STAMP = "%Y-%m-%dT%H:%M:%S"  # config.json's times: local, to the second
+RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
+
+
+def run_folder(args) -> Path:
+    """The folder a run writes to (``--output``, else ``results/<run name>``), from lpes-search's parsed flags."""
+    return Path(args.output or Path("results") / (args.run_name or f"{args.task}_{args.curve}_seed{args.seed}"))
+
+
+def read_run_record(folder: Path) -> dict | None:
+    """The run's ``config.json``, or None when there is none; ValueError when it is not JSON."""
+    path = Path(folder) / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: not a run record (a JSON object)")
+    return record
 
 
 def fail(message: str):

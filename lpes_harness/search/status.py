@@ -13,10 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lpes_harness.files import read_jsonl
-from lpes_harness.search.cli import RUN_RECORD
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
-from lpes_harness.search.run_record import folder_in_use, run_seconds
+from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds
 from lpes_harness.search.selection import top_individuals, validation_forwards, validation_forwards_at_most
 from lpes_harness.search.sweep import parse_sweep
 from lpes_harness.search.timing import heldout_rows
