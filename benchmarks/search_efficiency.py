@@ -25,20 +25,20 @@ the GA demo's search used before it had a time budget (about 3x). Methods (``--m
   order, as the demo did when this benchmark's committed runs began; the demo now races
   ``hardest`` first, which walks the same path in fewer forwards (``benchmarks/sample_order.py``
   replays this journal that way), so at a given budget it gets further than this row.
-- ``ga-ramps``: the ``ga`` with a wider start (:func:`run_ga_ramps`). After the same sweep, the six
-  straight lines between two of :data:`RAMP_ENDS` (0.6, 1.0, 1.4) from layer 0 to the last
+- ``ga-ramps``: the ``ga`` with a wider start (:func:`efficiency_methods.run_ga_ramps`). After the same sweep, the six
+  straight lines between two of :data:`efficiency_methods.RAMP_ENDS` (0.6, 1.0, 1.4) from layer 0 to the last
   (``lpes_harness.search.genome.ramp_genome``: the start's control points with y on the line), each
   raced against the best so far; the GA starts from the best point of sweep and lines (a line only
   where it beats every flat point) and runs as ``ga`` from there. The grid was fixed before any
   line was scored.
-- ``sweep-random``: random search from the ``ga``'s start (:func:`run_sweep_random`): the same sweep,
+- ``sweep-random``: random search from the ``ga``'s start (:func:`efficiency_methods.run_sweep_random`): the same sweep,
   then :func:`lpes_harness.search.random_genome` draws, each raced against the best so far, through
   the product's loop (``lpes-search --initial random --generations 0 --parents 1 --crossovers 0``).
   Unlike ``random``, the first draw already races against the start's fitness, so a draw that
   wrecks the model stops after one chunk.
-- ``line-random``: what ``make demo`` runs now (:func:`run_line_random`; ``searches/configs/smollm2_demo.json``):
-  the sweep of uniform 0.8 alone (:data:`LINE_RANDOM_SWEEP`), then the rising line 0.6 -> 1.4
-  (:data:`DEMO_LINE`, ``lpes-search --lines 0.6:1.4``) raced against it, then the ``sweep-random``
+- ``line-random``: what ``make demo`` runs now (:func:`efficiency_methods.run_line_random`; ``searches/configs/smollm2_demo.json``):
+  the sweep of uniform 0.8 alone (:data:`efficiency_methods.LINE_RANDOM_SWEEP`), then the rising line 0.6 -> 1.4
+  (:data:`efficiency_methods.DEMO_LINE`, ``lpes-search --lines 0.6:1.4``) raced against it, then the ``sweep-random``
   draws of the same seed, each raced against the best so far. The line is the one ``ga-ramps`` chose
   on the search samples in all three seeds; scored first, it puts a per-layer curve in hand after 80
   forwards, and it raises the bar the draws race against.
@@ -50,7 +50,7 @@ the GA demo's search used before it had a time budget (about 3x). Methods (``--m
   in x 2.9 layers), lambda ``--cma-population`` 8 (the GA's population), mu = lambda / 2 and
   DEAP's default (superlinear) recombination weights; its random draws come from
   ``numpy.random.default_rng(seed)`` (DEAP's ``generate`` reads numpy's global generator, which
-  is replaced here by an override of ``generate`` and nothing else). **Repair** (:func:`repair`),
+  is replaced here by an override of ``generate`` and nothing else). **Repair** (:func:`efficiency_methods.repair`),
   before each evaluation: every coordinate is clipped to [0, 1]; the x values are sorted
   (each y keeps its index: point k's height stays the k-th y), rounded to the nearest grid cell,
   clipped to cell k .. last cell - (n-1-k) so that n points fit, and pushed right where they
@@ -101,6 +101,8 @@ evaluation that reaches the smaller budget. A rerun with other settings than the
 (anything but --budgets, --seeds, --methods and --threads) is refused.
 
 ``--quick`` (the tests): small sizes for a tiny model, each flag still overridable.
+
+The methods live in ``benchmarks/efficiency_methods.py``, the report in ``benchmarks/efficiency_report.py``.
 """
 
 from __future__ import annotations
@@ -108,30 +110,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# this folder: on sys.path when run as a script
+from efficiency_methods import METHODS, Journal, Run, genome_spec, search, sweep_start
+from efficiency_report import format_report, head_to_head, plot_report, points
 
 # The committed table's budgets: what make demo's 10-minute budget leaves its search at 1.0 s a sample,
 # and what the GA demo's search used (sweep and GA, racing and cache included) before it had a time budget.
 DEMO_FORWARDS = 300
 GA_DEMO_FORWARDS = 1040
-METHODS = ("paper-ga", "ga", "ga-ramps", "sweep-random", "line-random", "cma-es", "random")
-SWEEP_RANDOM_DRAWS = 10_000  # more than any budget reaches: a draw costs at least one racing chunk (4 forwards)
-# ga-ramps' linear family: every rising and falling straight line between two of these values, from
-# layer 0 to the last (the flat ones are the sweep's). Fixed before any ramp was scored.
-RAMP_ENDS = (0.6, 1.0, 1.4)
-DEFAULT_METHOD = "line-random"  # what make demo runs (searches/configs/smollm2_demo.json): the head-to-head's reference
-# line-random's start (make demo's --sweep and --lines): uniform 0.8, then the rising line.
-LINE_RANDOM_SWEEP, DEMO_LINE = "0.8", (0.6, 1.4)
 RESULTS = "efficiency.json"
 JOURNAL = "evaluations.jsonl"
-GENERATIONS = 10**9  # the GAs run until their budget stops them
-MAX_IDLE = 2000  # candidates in a row served from the cache: the run is stuck (reported as stalled)
 
 # Settings that change what a run finds or how it is scored: a rerun must keep them.
 FINGERPRINT = ("task", "metadata", "fitness", "num_samples", "chunk_size", "heldout_samples", "pretrained", "dtype",
@@ -225,356 +218,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# ----------------------------------------------------------------------------- one run's evaluations
-
-
-class BudgetReached(Exception):
-    """The run has used its largest budget: the next evaluation is not started."""
-
-
-class Stalled(Exception):
-    """The run proposed only cached candidates for :data:`MAX_IDLE` candidates in a row."""
-
-
-def threshold_key(threshold) -> float | None:
-    """A racing threshold as the journal keys it: None for none (or -inf, the same)."""
-    if threshold is None or (math.isinf(threshold) and threshold < 0):
-        return None
-    return float(threshold)
-
-
-class Journal:
-    """Every evaluation under ``--output``, all methods and seeds: (scales, threshold) -> result, on disk.
-
-    An evaluation is a pure function of the scales and the racing threshold (the fitness settings
-    are fixed by the fingerprint), so a result read back is the result a new evaluation would give.
-    """
-
-    def __init__(self, path: Path | None):
-        from lpes_harness.files import read_jsonl
-
-        self.path = path
-        self.entries: dict = {}
-        for line in read_jsonl(path) if path is not None else []:  # a torn last line is scored again
-            self.entries[self.key(line["scales"], line["threshold"])] = (line["fitness"], line["info"], line["forwards"])
-
-    @staticmethod
-    def key(scales, threshold) -> tuple:
-        from lpes_harness.search import cache_key
-
-        return cache_key(scales), threshold_key(threshold)
-
-    def get(self, scales, threshold):
-        return self.entries.get(self.key(scales, threshold))
-
-    def put(self, scales, threshold, fitness: float, info, forwards: int) -> None:
-        from lpes_harness.files import append_jsonl
-
-        self.entries[self.key(scales, threshold)] = (fitness, info, forwards)
-        if self.path is not None:
-            append_jsonl(self.path, {"scales": [round(float(s), 6) for s in scales], "threshold": threshold_key(threshold),
-                                     "fitness": fitness, "info": info, "forwards": forwards})
-
-
-class Run:
-    """One (method, seed) search's ``evaluate(scales, threshold=None)``: its budget, forwards, best so far,
-    and a snapshot at the first evaluation that reaches each budget.
-
-    ``racing`` False drops every threshold (the paper's GA). Forwards of a new evaluation are the
-    fitness's ``samples_scored`` difference; of one read back from the journal, what it cost then.
-    """
-
-    def __init__(self, fitness, journal: Journal, budgets, racing: bool = True, progress=None, label: str | None = None):
-        from tqdm.auto import tqdm
-
-        self.fitness, self.journal, self.racing = fitness, journal, racing
-        self.budgets = sorted(budgets)
-        self.used = 0  # forwards charged to this run
-        self.new_forwards = 0  # forwards actually scored now (not read back)
-        self.evaluations = 0
-        self.best: dict | None = None
-        self.snapshots: dict[int, dict] = {}
-        self.genomes: dict = {}  # cache key of the scales -> genome, as the methods report them
-        self.seen: dict = {}  # cache key -> (fitness, info): the run's own cache (cma-es, random)
-        self.idle = 0
-        self.stalled = False
-        self.progress = progress
-        # Forwards charged against the largest budget (those read back from the journal included):
-        # a run is ~30 min on a CPU, and the per-run lines come only at its budgets.
-        self.bar = tqdm(total=self.budgets[-1], desc=label, unit="fwd", dynamic_ncols=True,
-                        disable=label is None or not progress or math.isinf(self.budgets[-1]))
-
-    def __call__(self, scales, threshold=None):
-        if self.used >= self.budgets[-1]:
-            raise BudgetReached
-        threshold = threshold_key(threshold) if self.racing else None
-        known = self.journal.get(scales, threshold)
-        if known is None:
-            before = self.fitness.samples_scored
-            value, info = self.fitness(list(scales), threshold)
-            forwards = self.fitness.samples_scored - before
-            self.journal.put(scales, threshold, float(value), info, forwards)
-            self.new_forwards += forwards
-        else:
-            value, info, forwards = known
-        self.used += forwards
-        self.evaluations += 1
-        self.idle = 0
-        if not (info or {}).get("raced") and (self.best is None or value > self.best["fitness"]):
-            self.best = {"fitness": float(value), "scales": [float(s) for s in scales],
-                         "scores": (info or {}).get("scores"), "found_at_forwards": self.used}
-        self.bar.update(min(self.used, self.budgets[-1]) - self.bar.n)  # the last evaluation may go past the budget
-        if self.best is not None:
-            self.bar.set_postfix(best=f"{self.best['fitness']:.4f}", evaluations=self.evaluations, refresh=False)
-        for budget in self.budgets:
-            if budget not in self.snapshots and self.used >= budget:
-                self.snapshots[budget] = {"forwards": self.used, "last_evaluation_forwards": forwards,
-                                          "evaluations": self.evaluations, "best": dict(self.best or {})}
-                if self.progress:
-                    self.progress(f"  budget {budget}: {self.used} forwards, {self.evaluations} evaluations, "
-                                  f"best search fitness {self.best['fitness']:.4f}")
-        return value, info
-
-    def cached(self, scales, threshold=None):
-        """``self(scales, threshold)`` through the run's own cache: a complete result, or a racing
-        bound below the current threshold, is served again for no forwards; anything else is scored."""
-        from lpes_harness.search import cache_key
-
-        key = cache_key(scales)
-        hit = self.seen.get(key)
-        if hit is not None:
-            value, info = hit
-            bound_still_out = threshold is not None and value < threshold
-            if not (info or {}).get("raced") or bound_still_out:
-                self.served()
-                return value, info
-        value, info = self(scales, threshold)
-        self.seen[key] = (value, info)
-        return value, info
-
-    def served(self) -> None:
-        """A candidate served from a cache: no forwards; too many in a row is a stall."""
-        self.idle += 1
-        if self.idle >= MAX_IDLE:
-            raise Stalled
-
-
-# ----------------------------------------------------------------------------- the methods
-
-
-def genome_spec(args, num_layers: int, initial_y: float | None = None):
-    from lpes_harness.search import GenomeSpec
-
-    return GenomeSpec(num_layers=num_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
-                      y_step=args.y_step, curve="bezier", initial_y=args.initial_y if initial_y is None else initial_y)
-
-
-def ga_config(args, seed: int):
-    from lpes_harness.search import SearchConfig
-
-    return SearchConfig(population=args.population, parents=args.parents, mutants=args.mutants,
-                        crossovers=args.crossovers, generations=GENERATIONS, mx=args.mx, my=args.my, seed=seed,
-                        mutation="paper")
-
-
-def _recorder(run: Run):
-    """A search callback: each individual's genome by its scales, and cache hits counted toward a stall."""
-    from lpes_harness.search import Callback, cache_key
-
-    class Recorder(Callback):
-        def on_individual(self, search, record):
-            run.genomes.setdefault(cache_key(record["scales"]), record["genome"])
-            if record["cached"]:
-                run.served()
-
-    return Recorder()
-
-
-def run_paper_ga(run: Run, args, num_layers: int, seed: int) -> None:
-    from lpes_harness.search import GeneticSearch
-
-    GeneticSearch(genome_spec(args, num_layers), run, ga_config(args, seed), [_recorder(run)]).run()
-
-
-def sweep_start(run: Run, args, num_layers: int) -> dict:
-    """The demo's sweep (its uniform values, best-guess first, later ones raced): ``run_sweep``'s result."""
-    from lpes_harness.search import cache_key, initial_genome
-    from lpes_harness.search.sweep import parse_sweep, run_sweep
-
-    spec = genome_spec(args, num_layers)
-    sweep = run_sweep(run, parse_sweep(args.sweep), spec.uniform)
-    for point in sweep["points"]:
-        run.genomes.setdefault(cache_key(spec.uniform(point["scale"])), initial_genome(spec.starting_at(point["scale"])))
-    return sweep
-
-
-def sweep_cache(spec, sweep: dict, decimals: int) -> dict:
-    """The sweep's complete points as a GeneticSearch cache (as ``lpes_harness.search.run`` seeds it):
-    the start and the other uniform points are served again for no forwards."""
-    from lpes_harness.search import cache_key
-
-    return {cache_key(spec.uniform(p["scale"]), decimals): (p["fitness"], p["info"])
-            for p in sweep["points"] if not (p.get("info") or {}).get("raced")}
-
-
-def run_ga(run: Run, args, num_layers: int, seed: int) -> None:
-    from lpes_harness.search import GeneticSearch
-
-    sweep = sweep_start(run, args, num_layers)
-    spec = genome_spec(args, num_layers).starting_at(sweep["best"])
-    config = ga_config(args, seed)
-    search = GeneticSearch(spec, run, config, [_recorder(run)])
-    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))
-    search.run()
-
-
-def run_ga_ramps(run: Run, args, num_layers: int, seed: int) -> None:
-    """The ga with a wider start: after the uniform sweep, the straight lines between :data:`RAMP_ENDS`,
-    each raced against the best so far; the GA starts from the best of them all (a line only if it
-    beats every flat point). The per-layer curves the demo's searches found rise from ~0.6 to ~1.3:
-    a line is the cheapest shape that can tilt, two numbers where the curve has eight."""
-    from itertools import permutations
-
-    from lpes_harness.search import GeneticSearch, cache_key, initial_genome
-    from lpes_harness.search.genome import ramp_genome
-
-    sweep = sweep_start(run, args, num_layers)
-    spec = genome_spec(args, num_layers).starting_at(sweep["best"])
-    config = ga_config(args, seed)
-    best_fitness, start = sweep["best_point"]["fitness"], initial_genome(spec)
-    known = sweep_cache(spec, sweep, config.cache_decimals)
-    for first, last in permutations(RAMP_ENDS, 2):
-        genome = ramp_genome(spec, first, last)
-        scales = spec.scales(genome)
-        run.genomes.setdefault(cache_key(scales), genome)
-        value, info = run(scales, best_fitness)
-        if not (info or {}).get("raced"):
-            known[cache_key(scales, config.cache_decimals)] = (value, info)
-            if value > best_fitness:
-                best_fitness, start = value, genome
-    search = GeneticSearch(spec, run, config, [_recorder(run)], start=start)
-    search.cache.update(known)  # as run_ga: what the start's scoring already knows is not scored again
-    search.run()
-
-
-def run_sweep_random(run: Run, args, num_layers: int, seed: int, sweep_values: str | None = None,
-                     lines: tuple = ()) -> None:
-    """Random search from the sweep's start, as ``lpes-search --initial random --generations 0 --parents 1
-    --crossovers 0`` runs it: generation 0 is the sweep's best and random valid genomes, each raced
-    against the best so far (which the start makes high from the first draw). ``sweep_values`` (default
-    ``--sweep``) and ``lines`` (``(first, last)`` ends, scored right after the start) are ``line-random``'s."""
-    from lpes_harness.search import GeneticSearch, SearchConfig
-    from lpes_harness.search.genome import ramp_genome
-
-    sweep_args = args if sweep_values is None else argparse.Namespace(**{**vars(args), "sweep": sweep_values})
-    sweep = sweep_start(run, sweep_args, num_layers)
-    spec = genome_spec(args, num_layers).starting_at(sweep["best"])
-    config = SearchConfig(population=SWEEP_RANDOM_DRAWS, parents=1, mutants=SWEEP_RANDOM_DRAWS - 1, crossovers=0,
-                          generations=0, mx=args.mx, my=args.my, seed=seed, mutation="paper", initial="random")
-    search = GeneticSearch(spec, run, config, [_recorder(run)], lines=[ramp_genome(spec, *ends) for ends in lines])
-    search.cache.update(sweep_cache(spec, sweep, config.cache_decimals))  # the start is scored: served again
-    search.run()
-
-
-def run_line_random(run: Run, args, num_layers: int, seed: int) -> None:
-    """``make demo``'s search (``--sweep 0.8 --lines 0.6:1.4 --initial random``): the sweep's one point, the
-    line raced against it, then the draws of ``sweep-random``'s seed raced against the best so far."""
-    run_sweep_random(run, args, num_layers, seed, sweep_values=LINE_RANDOM_SWEEP, lines=(DEMO_LINE,))
-
-
-def run_random(run: Run, args, num_layers: int, seed: int) -> None:
-    from lpes_harness.search import cache_key, random_genome
-
-    spec = genome_spec(args, num_layers)
-    rng = random.Random(seed)
-    while True:
-        genome = random_genome(spec, rng)
-        scales = spec.scales(genome)
-        run.genomes.setdefault(cache_key(scales), genome)
-        run.cached(scales, None if run.best is None else run.best["fitness"])
-
-
-def to_vector(spec, genome) -> list[float]:
-    """A genome in CMA-ES's normalised coordinates: every x / (L-1), then every (y - y_min) / (y_max - y_min)."""
-    width = spec.y_max - spec.y_min
-    return [x / (spec.num_layers - 1) for x, _ in genome] + [(y - spec.y_min) / width if width else 0.0
-                                                              for _, y in genome]
-
-
-def repair(spec, vector) -> list[tuple[float, float]]:
-    """The valid genome of a CMA-ES candidate (see the module docstring): clip to [0, 1], x sorted,
-    rounded to the grid, made strictly increasing there, y snapped to its grid."""
-    n = spec.num_points
-    u = np.clip(np.nan_to_num(np.asarray(vector, dtype=float), nan=0.5), 0.0, 1.0)
-    xs = sorted(u[:n] * (spec.num_layers - 1))
-    cells = []
-    for k, x in enumerate(xs):
-        cell = min(max(int(round(x / spec.x_step)), k), spec.x_cells - (n - 1 - k))
-        if cells:
-            cell = max(cell, cells[-1] + 1)  # stays <= x_cells - (n-1-k): the previous one was <= one less
-        cells.append(cell)
-    ys = [spec.snap_y(spec.y_min + v * (spec.y_max - spec.y_min)) for v in u[n:]]
-    return [(spec.x_of(i), y) for i, y in zip(cells, ys)]
-
-
-def cma_strategy(spec, sigma: float, population: int, seed: int):
-    """``deap.cma.Strategy`` at the spec's start, its draws from ``numpy.random.default_rng(seed)``."""
-    from deap import cma
-
-    from lpes_harness.search import initial_genome
-
-    class SeededStrategy(cma.Strategy):
-        def generate(self, ind_init):  # DEAP's generate, with the run's own generator
-            arz = self.rng.standard_normal((self.lambda_, self.dim))
-            arz = self.centroid + self.sigma * np.dot(arz, self.BD.T)
-            return [ind_init(a) for a in arz]
-
-    strategy = SeededStrategy(to_vector(spec, initial_genome(spec)), sigma, lambda_=population)
-    strategy.rng = np.random.default_rng(seed)
-    return strategy
-
-
-def run_cma_es(run: Run, args, num_layers: int, seed: int) -> None:
-    from deap import creator
-
-    from lpes_harness.search import cache_key
-
-    spec = genome_spec(args, num_layers)
-    strategy = cma_strategy(spec, args.cma_sigma, args.cma_population, seed)
-    while True:
-        population = strategy.generate(lambda values: creator.LPESIndividual(float(v) for v in values))
-        complete: list[float] = []
-        for candidate in population:
-            genome = repair(spec, candidate)
-            scales = spec.scales(genome)
-            run.genomes.setdefault(cache_key(scales), genome)
-            ranked = sorted(complete, reverse=True)
-            threshold = ranked[strategy.mu - 1] if len(ranked) >= strategy.mu else None
-            value, info = run.cached(scales, threshold)
-            candidate.fitness.values = (value,)
-            if not (info or {}).get("raced"):
-                complete.append(value)
-        strategy.update(population)
-
-
-RUNNERS = {"paper-ga": run_paper_ga, "ga": run_ga, "ga-ramps": run_ga_ramps, "sweep-random": run_sweep_random,
-           "line-random": run_line_random, "cma-es": run_cma_es, "random": run_random}
-
-
-def search(method: str, seed: int, fitness, journal: Journal, budgets, args, num_layers: int, progress=None) -> Run:
-    """One (method, seed) search until its largest budget; its snapshots hold every budget's result."""
-    run = Run(fitness, journal, budgets, racing=method != "paper-ga", progress=progress, label=f"{method} seed {seed}")
-    try:
-        RUNNERS[method](run, args, num_layers, seed)
-    except BudgetReached:
-        pass
-    except Stalled:
-        run.stalled = True
-    finally:
-        run.bar.close()
-    return run
-
-
 # ----------------------------------------------------------------------------- held-out scoring
 
 
@@ -595,176 +238,6 @@ def heldout_gain(lm, args, cache, num_layers: int, start: float, scales) -> dict
     return {"n": len(flat["best"]), "accuracy": statistics.fmean(flat["best"]),
             "vanilla_accuracy": statistics.fmean(flat["vanilla"]), "start_accuracy": statistics.fmean(flat["start"]),
             "over_vanilla": versus("vanilla"), "over_start": versus("start")}
-
-
-# ----------------------------------------------------------------------------- the report
-
-
-def points(value: float) -> str:
-    return f"{100 * value:+.1f}"
-
-
-def kept_uniform(run: dict) -> str | None:
-    """``"uniform 0.8 (PI)"`` when a run's best is one scale on every layer (the start it kept, or
-    another uniform scale): no per-layer curve, and its row must say so; else None."""
-    scales = run["best"].get("scales") or []
-    if scales and len(set(scales)) == 1:
-        return f"uniform {scales[0]:g} (PI)"
-    return None
-
-
-def head_to_head(record: dict, cache_path: Path) -> list[dict]:
-    """Each method's best against the demo's method's best (``DEFAULT_METHOD``) of the same seed and budget.
-
-    All bests were scored on the same held-out samples (the cache under ``--output``), so two searches
-    compare paired, sample by sample: which found the better curve, not only which gained more over
-    vanilla. A pair whose scores are not all in the cache is left out."""
-    from lpes_harness.analysis.score_cache import ScoreCache
-    from lpes_harness.analysis.stats import compare_paired
-
-    if not cache_path.is_file():
-        return []
-    # The file's own identity: the records it holds are read back, not checked against a model
-    cache = ScoreCache(cache_path, json.loads(cache_path.read_text(encoding="utf-8"))["identity"])
-    count = record["settings"]["heldout_samples"]
-    percents = sorted(int(p) for p in cache.fingerprints)
-
-    def scores(scales) -> list[float] | None:
-        flat = []
-        for percent in percents:
-            block = cache.get(scales, percent)[:count]
-            if len(block) < count:
-                return None
-            flat += block
-        return flat or None
-
-    runs = {(r["method"], r["seed"], r["budget"]): r for r in record["runs"]}
-    rows = []
-    for (method, seed, budget), run in runs.items():
-        reference = runs.get((DEFAULT_METHOD, seed, budget))
-        if method == DEFAULT_METHOD or reference is None:
-            continue
-        mine, theirs = scores(run["best"]["scales"]), scores(reference["best"]["scales"])
-        if mine is None or theirs is None:
-            continue
-        compared = compare_paired(mine, theirs)
-        rows.append({"method": method, "seed": seed, "budget": budget,
-                     "same_curve": ScoreCache.key(run["best"]["scales"], 0) == ScoreCache.key(reference["best"]["scales"], 0),
-                     **{k: compared[k] for k in ("difference", "difference_interval", "gained", "lost", "p")}})
-    return sorted(rows, key=lambda r: (r["budget"], METHODS.index(r["method"]), r["seed"]))
-
-
-def format_head_to_head(rows: list[dict]) -> list[str]:
-    from lpes_harness.analysis.stats import format_p
-
-    if not rows:
-        return []
-    seeds = sorted({r["seed"] for r in rows})
-    lines = ["", f"## Against the demo's search (`{DEFAULT_METHOD}`), seed by seed", "",
-             f"Each method's best minus `{DEFAULT_METHOD}`'s best of the same seed and budget, on the same held-out "
-             "samples: points [95 %], samples gained / lost, exact McNemar p. Negative: the demo's search found the "
-             "better curve.", "",
-             "| budget | method | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |",
-             "|---:|---|" + "---|" * len(seeds) + "---:|"]
-    for budget, method in sorted({(r["budget"], r["method"]) for r in rows}, key=lambda k: (k[0], METHODS.index(k[1]))):
-        mine = {r["seed"]: r for r in rows if r["budget"] == budget and r["method"] == method}
-        cells = ["" if (r := mine.get(s)) is None else "the same curve" if r["same_curve"] else
-                 f"{points(r['difference'])} [{points(r['difference_interval'][0])}, {points(r['difference_interval'][1])}], "
-                 f"{r['gained']} / {r['lost']}, p = {format_p(r['p'])}" for s in seeds]
-        mean = statistics.fmean(r["difference"] for r in mine.values())
-        lines.append(f"| {budget:,} | {method} | " + " | ".join(cells) + f" | {points(mean)} |")
-    return lines
-
-
-def format_report(record: dict, versus: list[dict] | None = None) -> str:
-    """``efficiency.md``: per budget, each method's mean gain over its seeds and each seed's; then, with
-    ``versus`` (:func:`head_to_head`), each method against the demo's search seed by seed."""
-    from lpes_harness.analysis.stats import format_p
-
-    settings, runs = record["settings"], record["runs"]
-    start = record.get("start")
-    lines = [
-        "# Search efficiency: held-out gain against search forwards",
-        "",
-        f"`benchmarks/search_efficiency.py`: {settings['task']} ({json.dumps(settings['metadata'])}), model "
-        f"{settings['pretrained'] or 'bundled SmolLM2-135M-Instruct'}, {settings['dtype']}; search fitness "
-        f"{settings['fitness']} on {settings['num_samples']} samples per position; held-out: "
-        f"{settings['heldout_samples']} samples per position, the same for every run. The uniform start is uniform "
-        f"{start:g} (the sweep {settings['sweep']} with the search fitness)" + (" = vanilla." if start == 1 else ".")
-        if start is not None else "",
-        "",
-        "Gains are held-out accuracy differences in points (paired, 95 % interval, exact McNemar p); "
-        "the mean is over the seeds run at that budget (their number in `seeds`: a mean over fewer seeds "
-        "is not comparable with one over more), [min, max] over the seeds. A seed whose best is one scale on every "
-        "layer found no per-layer curve: its row is that uniform scale, PI, and is marked so.",
-    ]
-    for budget in sorted({r["budget"] for r in runs}):
-        lines += ["", f"## Budget {budget:,} forwards", "",
-                  "| method | seeds | forwards used (mean) | search fitness (mean) | held-out accuracy (mean) | "
-                  "gain over vanilla: mean [min, max] | gain over the start: mean [min, max] | each seed: gain over vanilla [95 %], p |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|"]
-        for method in METHODS:
-            rows = sorted((r for r in runs if r["budget"] == budget and r["method"] == method), key=lambda r: r["seed"])
-            if not rows:
-                continue
-            vs_v = [r["heldout"]["over_vanilla"]["difference"] for r in rows]
-            vs_s = [r["heldout"]["over_start"]["difference"] for r in rows]
-            seeds = "; ".join(
-                f"{r['seed']}{', ' + kept_uniform(r) if kept_uniform(r) else ''}: "
-                f"{points(r['heldout']['over_vanilla']['difference'])} "
-                f"[{points(r['heldout']['over_vanilla']['difference_interval'][0])}, "
-                f"{points(r['heldout']['over_vanilla']['difference_interval'][1])}], "
-                f"p = {format_p(r['heldout']['over_vanilla']['p'])}" for r in rows)
-            lines.append(
-                f"| {method} | {len(rows)} | {statistics.fmean(r['forwards'] for r in rows):,.0f} | "
-                f"{statistics.fmean(r['best']['fitness'] for r in rows):.3f} | "
-                f"{statistics.fmean(r['heldout']['accuracy'] for r in rows):.3f} | "
-                f"{points(statistics.fmean(vs_v))} [{points(min(vs_v))}, {points(max(vs_v))}] | "
-                f"{points(statistics.fmean(vs_s))} [{points(min(vs_s))}, {points(max(vs_s))}] | {seeds} |")
-    lines += format_head_to_head(versus or [])
-    return "\n".join(lines) + "\n"
-
-
-def plot_report(record: dict, path: Path) -> None:
-    """Held-out gain against forwards used: per method its mean per budget, each marked with its number of
-    seeds and joined by a line (dashed where the two means hold different seeds), and each seed as a point."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from lpes_harness.files import save_figure
-
-    figure = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(figure)
-    panels = figure.subplots(1, 2, sharey=True)
-    colours = dict(zip(METHODS, ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:green", "tab:red")))
-    for axes, key, title in zip(panels, ("over_vanilla", "over_start"), ("over vanilla", "over the uniform start")):
-        for method in METHODS:
-            rows = [r for r in record["runs"] if r["method"] == method]
-            if not rows:
-                continue
-            axes.scatter([r["forwards"] for r in rows], [100 * r["heldout"][key]["difference"] for r in rows],
-                         color=colours[method], alpha=0.45, s=18)
-            by_budget = {b: [r for r in rows if r["budget"] == b] for b in sorted({r["budget"] for r in rows})}
-            means = [(statistics.fmean(r["forwards"] for r in runs),
-                      statistics.fmean(100 * r["heldout"][key]["difference"] for r in runs)) for runs in by_budget.values()]
-            axes.plot(*zip(*means), marker="o", linestyle="none", color=colours[method], label=method)
-            # A mean over other seeds than the next budget's is not the same searches' progress: the segment
-            # between them is dashed, and each mean says how many seeds it holds.
-            seed_sets = [{r["seed"] for r in runs} for runs in by_budget.values()]
-            for i in range(len(means) - 1):
-                same = seed_sets[i] == seed_sets[i + 1]
-                axes.plot(*zip(means[i], means[i + 1]), color=colours[method], linestyle="-" if same else "--")
-            for (x, y), seeds in zip(means, seed_sets):
-                axes.annotate(f"n={len(seeds)}", (x, y), textcoords="offset points", xytext=(5, 4),
-                              fontsize=7, color=colours[method])
-        axes.axhline(0, color="grey", linewidth=0.8)
-        axes.set_xlabel("search forwards used")
-        axes.set_title(f"held-out gain {title}")
-        axes.grid(alpha=0.3)
-    panels[0].set_ylabel("points (mean over n seeds: big dots; seeds: dots)")
-    panels[0].plot([], [], color="grey", linestyle="--", label="dashed: means over different seeds")
-    panels[0].legend()
-    save_figure(figure, path)
 
 
 # ----------------------------------------------------------------------------- main
