@@ -142,6 +142,8 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
         assert resumed[key] == expected[key], key
     record = json.loads((output / "config.json").read_text())
     assert [entry["command"].split()[1:] for entry in record["resumes"]] == [["--resume", "--output", str(output)]] * 4
+    # Only the process that finished stamped its end (the next resume's gap would start there); the killed had no chance.
+    assert ["ended" in entry for entry in [record, *record["resumes"]]] == [False] * 4 + [True]
     # The run's clock spans its five processes and leaves out the gaps between them.
     gaps = [entry["idle_before_seconds"] for entry in record["resumes"]]
     assert all(gap >= 0 for gap in gaps) and gaps[-1] >= 3, gaps

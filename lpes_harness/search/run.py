@@ -46,7 +46,7 @@ from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import (RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
                                            idle_since_last_write, read_run_record, record_genome, run_folder,
-                                           run_seconds, write_config)
+                                           run_seconds, stamp_process_end, write_config)
 from lpes_harness.search.sweep import load_or_run_sweep, start_from
 from lpes_harness.search.timing import apply_budget, heldout_rows, heldout_share, print_estimate, time_limit, time_one_sample
 
@@ -229,6 +229,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         if not args.resume:
             clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
         write_config(record_path, args.resume, run_record(), launched_at, idle_before)
+        folder_lock.callback(stamp_process_end, record_path)  # however it ends: the next resume's gap starts there
     sweep = None
     if args.sweep_values or args.base_sweep_values:
         sweep = load_or_run_sweep(output, args, fitness, spec)
@@ -256,6 +257,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
             except ValueError as err:
                 fail(f"--resume {output}: {err}")
             write_config(record_path, True, run_record(), launched_at, idle_before)
+            folder_lock.callback(stamp_process_end, record_path)
         started = time.perf_counter()
         result = search.run()
     finally:

@@ -135,10 +135,36 @@ def clear_run_state(output: Path) -> None:
 def idle_since_last_write(folder: Path, launched: float) -> float | None:
     """Seconds from the run folder's last write to ``launched`` (epoch seconds), None for an empty folder.
 
-    Read by a resume before it writes: a killed process leaves no end time, but its last journal line,
-    checkpoint or plot says when it last did work."""
+    Read by a resume before it writes. A process that ended (finished, failed or stopped by Ctrl-C)
+    stamped its end in config.json (:func:`stamp_process_end`): that stamp, as a fresh clone of the
+    folder gives every file the checkout's time. A killed one leaves no stamp, but its last journal
+    line, checkpoint or plot says when it last did work."""
+    last = _last_process(_json_or_none(folder / RUN_RECORD) or {})
+    if last.get("ended"):
+        return max(0.0, launched - _epoch(last["ended"]))
     times = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
     return max(0.0, launched - max(times)) if times else None
+
+
+def stamp_process_end(path: Path) -> None:
+    """Write this process's end time (``ended``) into its entry of config.json (the first process's is the
+    record itself, a resume's its entry in ``resumes``): the next resume's gap starts there."""
+    record = _json_or_none(path)
+    if record is None:
+        return
+    _last_process(record)["ended"] = time.strftime(STAMP)
+    atomic_write_json(path, record)
+
+
+def _last_process(record: dict) -> dict:
+    return (record.get("resumes") or [record])[-1]
+
+
+def _json_or_none(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def write_config(path: Path, resume: bool, record: dict, launched: float | None = None,
@@ -186,6 +212,13 @@ def run_seconds(record: dict, now: float | None = None) -> float | None:
         return None
     now = time.time() if now is None else now
     return round(now - _epoch(record["started"]) - sum(entry["idle_before_seconds"] for entry in resumes), 1)
+
+
+def stopped_run_seconds(record: dict) -> float | None:
+    """A stopped run's time, as :func:`run_seconds` counts it, up to the end its last process stamped
+    (:func:`stamp_process_end`); None where that process left no stamp (it was killed)."""
+    ended = _last_process(record).get("ended")
+    return run_seconds(record, _epoch(ended)) if ended else None
 
 
 def record_genome(path: Path, spec) -> None:

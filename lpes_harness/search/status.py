@@ -15,8 +15,9 @@ from types import SimpleNamespace
 from lpes_harness.files import read_jsonl
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
-from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds
-from lpes_harness.search.selection import top_individuals, validation_forwards, validation_forwards_at_most
+from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds, stopped_run_seconds
+from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, top_individuals, validation_forwards,
+                                           validation_forwards_at_most)
 from lpes_harness.search.sweep import parse_sweep
 from lpes_harness.search.timing import heldout_rows
 from lpes_harness.search.uniform_tuning import best_point
@@ -144,8 +145,9 @@ def _heldout_line(folder: Path, record: dict, result: dict | None) -> str:
 
 def _time_line(record: dict, result: dict | None, running: bool) -> str:
     """How many processes the run took, and its time over them (the gaps between them left out): up
-    to now while it runs, result.json's once it finished. A stopped run's is not given: only its
-    files' times could tell it, and a copy or a clone rewrites those."""
+    to now while it runs, result.json's once it finished, to its last process's end stamp once stopped.
+    A stopped run whose last process was killed has none: only its files' times could tell it, and a
+    copy or a clone rewrites those."""
     resumes = len(record.get("resumes") or [])
     processes = f"{resumes + 1} process(es)" + (f" ({resumes} resume(s))" if resumes else "")
     if running:
@@ -155,6 +157,9 @@ def _time_line(record: dict, result: dict | None, running: bool) -> str:
         if seconds is None and not resumes:  # one process: its own clock is the run's
             seconds = result.get("total_seconds_with_heldout", result.get("total_seconds"))
     else:
+        seconds = stopped_run_seconds(record)
+        if seconds is not None:
+            return f"{processes}; run time {_hours(seconds)} up to its stop (model loads included, the gaps left out)"
         return f"{processes}; the run's time is in result.json once it finishes"
     if seconds is None:
         return f"{processes}; run time unknown (a resume made before the gaps between processes were recorded)"
@@ -217,7 +222,7 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         args = SimpleNamespace(select_top=int(settings.get("select_top") or 0),
                                validation_samples=int(settings.get("validation_samples") or 0))
         cached = _validation_scores(folder)
-        typical["validation"] = max(0, validation_forwards(args, positions) - cached)
+        typical["validation"] = _validation_left(folder, args, positions, cached)
         most["validation"] = max(0, validation_forwards_at_most(args, positions) - cached)
     if stages["held-out table"].startswith(("under way", NOT_STARTED)):
         # The rows the start-up estimate plans (a uniform choice drops its PI row: fewer, not more).
@@ -240,6 +245,28 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
     return (f"left: ~{_hours(seconds(typical))} ({parts} forwards), at most {_hours(seconds(most))} "
             f"({sum(most.values())} forwards: no racing, every validation candidate tied); at {rate:.2f} s a "
             f"forward, this run's so far{shared}")
+
+
+def _validation_left(folder: Path, args, positions: int, cached: int) -> int:
+    """The validation's forwards still to score. In its first round, the plan's less what is cached; past it
+    (a tie drew more samples than the plan's two doubled candidates), the round under way is finished from
+    the cache (the candidates at its sample count, on every position of every condition) and the later
+    rounds are planned at two candidates, as :func:`validation_forwards` plans them."""
+    first = args.validation_samples
+    counts: dict[str, list[int]] = {}  # candidate (its scales, as the cache keys them) -> its blocks' lengths
+    for cache in (folder / "validation").glob("*/scores.cache.json"):
+        for key, block in ((_json(cache) or {}).get("blocks") or {}).items():
+            counts.setdefault(key.rpartition("@")[0], []).append(len(block))
+    n = max((c for blocks in counts.values() for c in blocks), default=0)
+    if n <= first:
+        return max(0, validation_forwards(args, positions) - cached)
+    # Blocks a candidate has not reached yet (a condition or position not scored in this round) count 0.
+    left = sum(n * positions - sum(min(c, n) for c in blocks) for blocks in counts.values() if n in blocks)
+    maximum = MAX_SAMPLES_FACTOR * first
+    while n < maximum:
+        more = min(2 * n, maximum)
+        left, n = left + 2 * (more - n) * positions, more
+    return left
 
 
 def _validation_scores(folder: Path) -> int:
