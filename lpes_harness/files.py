@@ -111,3 +111,13 @@ def read_jsonl(path: str | os.PathLike, *, missing_ok: bool = True, strict: bool
             continue
         records.append((number, record) if numbered else record)
     return records
+
+
+def read_json_or_none(path: str | os.PathLike) -> dict | None:
+    """A JSON object from ``path``; None where it is missing, not an object, or cut off by a kill mid-write
+    (atomic writes make that rare): for readers that report on a folder, never fail on it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 from lpes_harness.search.selection import validation_forwards
-from lpes_harness.search.status import _validation_left, _validation_scores
+from lpes_harness.search.status import _validation_blocks, _validation_left
 
 PERCENTS = {"a": [0, 50, 100], "b": [0, 100]}  # two conditions: 5 gold positions in all
 
@@ -30,7 +30,8 @@ def _candidates(count: int) -> list[str]:
 
 def _left(folder):
     args = SimpleNamespace(select_top=3, validation_samples=6)  # 6 candidates at most: 3 + start, sweep, uniform
-    return _validation_left(folder, args, 5, _validation_scores(folder)), validation_forwards(args, 5)
+    blocks = _validation_blocks(folder)
+    return _validation_left(blocks, args, 5, sum(map(sum, blocks.values()))), validation_forwards(args, 5)
 
 
 def test_in_the_first_round_what_is_left_is_the_plan_less_the_cache(tmp_path):
@@ -50,7 +51,7 @@ def test_a_round_with_more_contenders_than_planned_is_finished_from_the_cache(tm
     lengths[names[2]] = {"a": 12, "b": 12}
     folder = _folder(tmp_path, lengths)
     left, planned = _left(folder)
-    assert _validation_scores(folder) > planned  # the plan's count is passed: it would say 0
+    assert sum(map(sum, _validation_blocks(folder).values())) > planned  # the plan's count is passed: it would say 0
     # names[1]: condition b's 2 positions from 12 to 24; names[0] done; names[2] is not in round 3 as far as the
     # cache can tell (no block at 24), so it is not counted: the line under- rather than over-states.
     assert left == 2 * 12

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.files import atomic_write_json
+from lpes_harness.files import atomic_write_json, read_json_or_none
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL
 from lpes_harness.search.fingerprint import mismatches
 
@@ -139,7 +139,7 @@ def idle_since_last_write(folder: Path, launched: float) -> float | None:
     stamped its end in config.json (:func:`stamp_process_end`): that stamp, as a fresh clone of the
     folder gives every file the checkout's time. A killed one leaves no stamp, but its last journal
     line, checkpoint or plot says when it last did work."""
-    last = _last_process(_json_or_none(folder / RUN_RECORD) or {})
+    last = _last_process(read_json_or_none(folder / RUN_RECORD) or {})
     if last.get("ended"):
         return max(0.0, launched - _epoch(last["ended"]))
     times = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
@@ -149,7 +149,7 @@ def idle_since_last_write(folder: Path, launched: float) -> float | None:
 def stamp_process_end(path: Path) -> None:
     """Write this process's end time (``ended``) into its entry of config.json (the first process's is the
     record itself, a resume's its entry in ``resumes``): the next resume's gap starts there."""
-    record = _json_or_none(path)
+    record = read_json_or_none(path)
     if record is None:
         return
     _last_process(record)["ended"] = time.strftime(STAMP)
@@ -158,13 +158,6 @@ def stamp_process_end(path: Path) -> None:
 
 def _last_process(record: dict) -> dict:
     return (record.get("resumes") or [record])[-1]
-
-
-def _json_or_none(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def write_config(path: Path, resume: bool, record: dict, launched: float | None = None,

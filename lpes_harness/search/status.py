@@ -8,11 +8,10 @@ decide whether ``--resume`` is needed and what is left.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from lpes_harness.files import read_jsonl
+from lpes_harness.files import read_json_or_none, read_jsonl
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds, stopped_run_seconds
@@ -23,14 +22,6 @@ from lpes_harness.search.timing import heldout_rows
 from lpes_harness.search.uniform_tuning import best_point
 
 NOT_STARTED = "not started"
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None  # missing, or cut off by a kill mid-write (atomic writes make that rare)
-    return data if isinstance(data, dict) else None
 
 
 def _hours(seconds: float) -> str:
@@ -55,7 +46,7 @@ def _sweep_line(folder: Path, record: dict, sweep: dict | None) -> str:
 def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, list[dict], bool]:
     """The genetic search's line, its history, and whether it is finished."""
     history = read_jsonl(folder / "history.jsonl")
-    checkpoint = _json(folder / "checkpoint.json") or {}
+    checkpoint = read_json_or_none(folder / "checkpoint.json") or {}
     # A resume may grow --generations: its settings are the latest, "search" the first run's.
     planned = (record.get("settings") or {}).get("generations", (record.get("search") or {}).get("generations"))
     completed = checkpoint.get("completed_generation")
@@ -87,7 +78,7 @@ def _uniform_forwards_used(uniforms: list[dict], sweep: dict | None) -> int:
 def _uniform_line(folder: Path, record: dict, history: list[dict], uniforms: list[dict], sweep: dict | None) -> str:
     if not (record.get("settings") or {}).get("uniform_tuning"):
         return "not asked for (--no-uniform-tuning)"
-    chosen = _json(folder / UNIFORM_FILE)
+    chosen = read_json_or_none(folder / UNIFORM_FILE)
     if chosen is not None:
         return f"done: {chosen.get('label')} (fitness {float(chosen.get('fitness', float('nan'))):.4f})"
     if not uniforms:
@@ -102,19 +93,19 @@ def _uniform_line(folder: Path, record: dict, history: list[dict], uniforms: lis
 def _validation_line(folder: Path, record: dict) -> str:
     if not (record.get("settings") or {}).get("validation_samples"):
         return "not asked for (--validation-samples 0): the search's best is the run's curve"
-    selection = _json(folder / SELECTION_FILE)
+    selection = read_json_or_none(folder / SELECTION_FILE)
     if selection is not None:
         stopped = f" ({selection['stopped_by_budget']})" if selection.get("stopped_by_budget") else ""
         return f"done: {selection.get('chosen')}, {selection.get('message')}{stopped}"
     if not (folder / "validation").is_dir():
         return NOT_STARTED
     # A block holds a candidate's scores at one position of one condition; a later round adds samples to it.
-    return f"under way, {_validation_scores(folder)} candidate score(s) cached under validation/ (one candidate on one sample)"
+    return f"under way, {sum(map(sum, _validation_blocks(folder).values()))} candidate score(s) cached under validation/ (one candidate on one sample)"
 
 
 def _chose_the_plain_model(folder: Path) -> bool:
     """The run's choice is every factor 1: it scores no table of vanilla against itself."""
-    scales = _json(folder / "scales.json") or {}
+    scales = read_json_or_none(folder / "scales.json") or {}
     values = [*(scales.get("scales") or []), *(scales.get("base_scales") or [])]
     return bool(values) and all(float(v) == 1.0 for v in values)
 
@@ -221,8 +212,9 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
     if stages["validation"].startswith(("under way", NOT_STARTED)):
         args = SimpleNamespace(select_top=int(settings.get("select_top") or 0),
                                validation_samples=int(settings.get("validation_samples") or 0))
-        cached = _validation_scores(folder)
-        typical["validation"] = _validation_left(folder, args, positions, cached)
+        blocks = _validation_blocks(folder)
+        cached = sum(map(sum, blocks.values()))
+        typical["validation"] = _validation_left(blocks, args, positions, cached)
         most["validation"] = max(0, validation_forwards_at_most(args, positions) - cached)
     if stages["held-out table"].startswith(("under way", NOT_STARTED)):
         # The rows the start-up estimate plans (a uniform choice drops its PI row: fewer, not more).
@@ -247,21 +239,17 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
             f"forward, this run's so far{shared}")
 
 
-def _validation_left(folder: Path, args, positions: int, cached: int) -> int:
-    """The validation's forwards still to score. In its first round, the plan's less what is cached; past it
-    (a tie drew more samples than the plan's two doubled candidates), the round under way is finished from
-    the cache (the candidates at its sample count, on every position of every condition) and the later
-    rounds are planned at two candidates, as :func:`validation_forwards` plans them."""
+def _validation_left(blocks: dict[str, list[int]], args, positions: int, cached: int) -> int:
+    """The validation's forwards still to score (``blocks``: :func:`_validation_blocks`). In its first round,
+    the plan's less what is cached; past it (a tie drew more samples than the plan's two doubled candidates),
+    the round under way is finished from the cache (the candidates at its sample count, on every position of
+    every condition) and the later rounds are planned at two candidates, as :func:`validation_forwards` plans them."""
     first = args.validation_samples
-    counts: dict[str, list[int]] = {}  # candidate (its scales, as the cache keys them) -> its blocks' lengths
-    for cache in (folder / "validation").glob("*/scores.cache.json"):
-        for key, block in ((_json(cache) or {}).get("blocks") or {}).items():
-            counts.setdefault(key.rpartition("@")[0], []).append(len(block))
-    n = max((c for blocks in counts.values() for c in blocks), default=0)
+    n = max((c for lengths in blocks.values() for c in lengths), default=0)
     if n <= first:
         return max(0, validation_forwards(args, positions) - cached)
     # Blocks a candidate has not reached yet (a condition or position not scored in this round) count 0.
-    left = sum(n * positions - sum(min(c, n) for c in blocks) for blocks in counts.values() if n in blocks)
+    left = sum(n * positions - sum(min(c, n) for c in lengths) for lengths in blocks.values() if n in lengths)
     maximum = MAX_SAMPLES_FACTOR * first
     while n < maximum:
         more = min(2 * n, maximum)
@@ -269,17 +257,21 @@ def _validation_left(folder: Path, args, positions: int, cached: int) -> int:
     return left
 
 
-def _validation_scores(folder: Path) -> int:
-    """Candidate scores cached under validation/: one candidate on one sample at one position is one forward."""
-    return sum(len(block) for cache in (folder / "validation").glob("*/scores.cache.json")
-               for block in ((_json(cache) or {}).get("blocks") or {}).values())
+def _validation_blocks(folder: Path) -> dict[str, list[int]]:
+    """Each candidate's (its scales, as the cache keys them) block lengths under validation/, one block per
+    condition and gold position: one score in a block is one forward."""
+    blocks: dict[str, list[int]] = {}
+    for cache in (folder / "validation").glob("*/scores.cache.json"):
+        for key, block in ((read_json_or_none(cache) or {}).get("blocks") or {}).items():
+            blocks.setdefault(key.rpartition("@")[0], []).append(len(block))
+    return blocks
 
 
 def run_status(folder: Path) -> list[str]:
     """Lines that say what a run folder holds, stage by stage, and what to do next. ``ValueError``
     when the folder holds no run."""
     folder = Path(folder)
-    record = _json(folder / RUN_RECORD)
+    record = read_json_or_none(folder / RUN_RECORD)
     if record is None:
         if (folder / "checkpoint.json").is_file():
             record = {}
@@ -292,7 +284,7 @@ def run_status(folder: Path) -> list[str]:
     if model.get("machine"):
         lines.append(f"  made on: {model['machine']}")
     running = folder_in_use(folder)
-    sweep, result = _json(folder / "sweep.json"), _json(folder / "result.json")
+    sweep, result = read_json_or_none(folder / "sweep.json"), read_json_or_none(folder / "result.json")
     if record.get("started"):
         lines.append(f"  {_time_line(record, result, running)}")
     search_line, history, search_done = _search_line(folder, record, result)
