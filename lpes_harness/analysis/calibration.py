@@ -15,11 +15,10 @@ instead of run again: a stopped grid resumes.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lpes_harness.files import atomic_write_json
+from lpes_harness.files import atomic_write_json, read_json_or_none
 
 WORST_MAX = 0.70  # vanilla's worst position: room for a search to gain
 ENDS_MIN = 0.90  # both ends: the model retrieves where it attends well
@@ -61,7 +60,7 @@ def calibrate(check: Callable[[dict], dict], settings: list[dict], *, base_metad
     for setting in settings:
         metadata = {**base_metadata, **setting}
         path = out / f"{setting_name(setting)}.json" if out else None
-        saved = _read(path) if path else None
+        saved = read_json_or_none(path) if path else None
         if saved is not None and saved.get("calibration_identity") == {**identity, "metadata": metadata}:
             results.append(saved)
             continue
@@ -71,13 +70,6 @@ def calibrate(check: Callable[[dict], dict], settings: list[dict], *, base_metad
             atomic_write_json(path, result, indent=1)
         results.append(result)
     return results
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def format_table(results: list[dict], settings: list[dict]) -> str:
