@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 # Then the found scales through the ordinary
 # lm_eval command line, and last the committed reference curve (a longer search) beside the demo's
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
-# reused). DEMO_BUDGET: 5 min with AMX (a sample in 0.27-0.4 s in bfloat16; 3 min ended in 150-160 s but left
+# reused). DEMO_BUDGET: 5 min with AMX (a sample in 0.27-0.42 s in bfloat16; 3 min ended in 150-160 s but left
 # the search no time to beat its rising line: results/demo_line_amx), 10 min on a GPU or a CPU with
 # AVX512-BF16 (a sample in 0.9-1.25 s in float32 or bfloat16), else 20 min (float32 runs a sample in
 # ~1.9 s on AVX2 only and 1.5-1.8 s on an AVX-512 Xeon without AVX512-BF16, where 10 min held the table

@@ -601,4 +601,5 @@ def test_make_demo_gives_20_minutes_to_an_avx512_cpu_without_native_bfloat16_and
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 fma\n") == "20m"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 avx512f avx512_bf16\n") == "10m"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n") == "5m"
+    assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 amx_bf16 amx_tile\n") == "5m"
     assert demo_budget(cuda=True, cpuinfo=avx512_only) == "10m"

@@ -33,7 +33,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from lpes_harness.analysis.stats import mcnemar_exact
-from lpes_harness.models import cpu_flags, cpu_has_native_bf16
+from lpes_harness.models import cpu_kind
 
 # A +10-point gain with 3 % of samples lost: the rate of the demo's curves (4 to 7 lost in 200).
 DEFAULT_GAIN, DEFAULT_LOST, DEFAULT_ALPHA = 0.10, 0.03, 0.01
@@ -64,7 +64,7 @@ HELDOUT_MARGIN = 1.15
 DRAW_HEADROOM = 2
 
 
-# make demo's budget by machine kind: a forward's cost is the demo's time. Measured a sample: 0.27-0.35 s (AMX,
+# make demo's budget by machine kind: a forward's cost is the demo's time. Measured a sample: 0.27-0.42 s (AMX,
 # bfloat16), 0.9-1.25 s (AVX512-BF16: float32 on an Intel Xeon, bfloat16 on an AMD EPYC), 1.5-1.8 s (float32 on an
 # AVX-512 Xeon without AVX512-BF16, where 10 minutes held the table and no search), 1.65-1.9 s (float32,
 # AVX2 only). AVX-512 alone does not make a forward fast; native bfloat16 marks the CPUs that were. With AMX,
@@ -78,9 +78,7 @@ def demo_budget(cuda: bool, cpuinfo: str | None = None) -> str:
     """``make demo``'s ``--time-budget``: 10 minutes on a GPU or a CPU with avx512_bf16, 5 with AMX, else 20."""
     if cuda:
         return DEMO_BUDGET_FAST
-    if "amx_bf16" in cpu_flags(cpuinfo):
-        return DEMO_BUDGET_AMX
-    return DEMO_BUDGET_FAST if cpu_has_native_bf16(cpuinfo) else DEMO_BUDGET_SLOW
+    return {"AMX": DEMO_BUDGET_AMX, "avx512_bf16 without AMX": DEMO_BUDGET_FAST}.get(cpu_kind(cpuinfo), DEMO_BUDGET_SLOW)
 
 
 class BudgetTooSmall(ValueError):
