@@ -1,8 +1,11 @@
+import logging
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -34,6 +37,25 @@ def pytest_collection_modifyitems(items):
     # start while the other worker has work, and the suite does not end on one of them run alone.
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: the rest keep pytest's order
+
+@pytest.fixture(autouse=True)
+def lm_eval_logging_as_a_fresh_process_has_it():
+    """lm-eval's ``simple_evaluate`` gives its logger, once a process, a StreamHandler bound to the
+    ``sys.stderr`` of that moment. Under ``capsys`` that stream closes with the test, and every lm-eval log
+    line of a later test in the same worker printed a '--- Logging error ---' traceback into that test's
+    stderr (CI failed on it: a one-line error check read 91 lines). Each test ends with the logger as a new
+    process finds it, which is what a user's command starts from."""
+    logger = logging.getLogger("lm_eval")
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    configured = getattr(sys.modules.get("lm_eval.utils"), "_LOGGING_CONFIGURED", False)
+    yield
+    for handler in [h for h in logger.handlers if h not in handlers]:
+        logger.removeHandler(handler)
+    logger.propagate, logger.level = propagate, level
+    lm_eval_utils = sys.modules.get("lm_eval.utils")
+    if hasattr(lm_eval_utils, "_LOGGING_CONFIGURED"):
+        lm_eval_utils._LOGGING_CONFIGURED = configured
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
