@@ -355,6 +355,21 @@ def test_the_measurement_command_writes_a_file_the_model_argument_reads(eight_la
     assert "candidates (smoothest first)" in capsys.readouterr().out
 
 
+def test_the_measurement_command_with_a_task_writes_the_selections_channel_and_factor(eight_layer_checkpoint, tmp_path):
+    """``--select-task`` scores the first candidates through ``poshidden_hf`` (it named a class that had moved
+    to lmeval/, and the command failed after its statistic: nothing ran that path)."""
+    out = tmp_path / "setting.json"
+    assert poshidden_channel.main(["--pretrained", eight_layer_checkpoint, "--out", str(out), "--samples", "2",
+                                   "--length", "40", "--top-k", "2", "--select-task", "multi_needle",
+                                   "--select-samples", "1", "--select-top", "2", "--factors", "0;-1",
+                                   "--metadata", '{"num_sentences": 4, "num_needles": 2}']) == 0
+    setting = json.loads(out.read_text())
+    best = setting["selection"]["best"]
+    assert len(setting["selection"]["scores"]) == 4 and best == max(setting["selection"]["scores"],
+                                                                       key=lambda r: r["mean_logprob"])
+    assert (setting["channels"], setting["factor"]) == ([best["channel"]], best["factor"])
+
+
 # ----------------------------------------------------------------------------- through lm-eval
 
 REQUESTS = [("The quick brown fox jumps over", " the lazy"), ("Lost in the middle of a long text", " it is"),

@@ -201,6 +201,7 @@ def main(argv=None) -> int:
     import json
 
     from lpes_harness.files import atomic_write_json
+    from lpes_harness.lmeval.method_models import PosHiddenLM
     from lpes_harness.models import load_causal_lm
 
     args = parse_args(argv)
@@ -216,8 +217,8 @@ def main(argv=None) -> int:
                                                         for c in ranked))
     selection = None
     if args.select_task and ranked:
-        lm = poshidden.PosHiddenLM(pretrained=model, tokenizer=tokenizer, channels=ranked[0]["channel"], factor=0,
-                                   device=str(model.device), batch_size=1)
+        lm = PosHiddenLM(pretrained=model, tokenizer=tokenizer, channels=ranked[0]["channel"], factor=0,
+                         device=str(model.device), batch_size=1)
         selection = select(lm, [c["channel"] for c in ranked[: args.select_top]], args.factors, args.select_task,
                            args.select_samples, metadata)
     settings = {"pretrained": args.pretrained or "smollm2", "samples": args.samples, "length": args.length,
