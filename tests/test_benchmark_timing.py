@@ -84,3 +84,22 @@ def test_every_timed_method_runs_and_leaves_the_model_as_it_was():
     for name in latency.METHODS[1:]:
         assert not torch.allclose(next_logits(name), plain), f"{name} timed the plain model"
         assert torch.equal(next_logits("vanilla"), plain), f"{name} was not removed"
+
+
+def test_string_blocks_times_three_ways_and_finds_one_block_and_blocks_agree(tmp_path, capsys, monkeypatch):
+    """On a tiny Gemma-3 with blocks of 16 queries: more than one block, keys shifted (S = 16 < the prompt)."""
+    from tiny_models import tiny_gemma3, tiny_tokenizer
+
+    from lpes_harness.methods import string_shift
+
+    tiny_gemma3().save_pretrained(tmp_path / "gemma3")
+    tiny_tokenizer().save_pretrained(tmp_path / "gemma3")
+    monkeypatch.setattr(string_shift, "QUERY_BLOCK", 16)
+    assert load("string_blocks").main(["--pretrained", str(tmp_path / "gemma3"), "--num-docs", "1", "--repeats", "10",
+                                       "--shifted-offset", "16", "--local-window", "4"]) == 0
+    captured = capsys.readouterr()
+    difference = float(captured.err.split("one block against blocks: ")[1].split()[0])
+    assert difference < 1e-4 and "blocks of 16 queries" in captured.err
+    rows = [line for line in captured.out.splitlines() if line.startswith("| STRING") or line.startswith("| plain")]
+    assert [row.split(" | ")[0] for row in rows] == ["| plain model", "| STRING, one block", "| STRING, blocks"]
+    assert string_shift.QUERY_BLOCK == 16

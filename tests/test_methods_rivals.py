@@ -131,6 +131,32 @@ def test_string_matches_its_definition_on_one_layer():
     torch.testing.assert_close(captured["out"], expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("block", [1, 7, 10, 64])
+def test_string_in_blocks_of_queries_is_the_same_attention(monkeypatch, block):
+    """The attention runs over blocks of queries, each on the keys it may see, with a band where the
+    block's rows disagree about the shift: every split (one row, narrower than S, S itself, one block)
+    gives the definition's scores, and a left-padded batch its real rows as one block does."""
+    model = tiny_model("llama")
+    ids = random_ids(30)
+    captured = {}
+    attn = model.model.layers[1].self_attn
+    def capture(module, args, kwargs, out):
+        captured.update(h=kwargs["hidden_states"] if "hidden_states" in kwargs else args[0], out=out[0])
+
+    attn.register_forward_hook(capture, with_kwargs=True)
+    string_shift.install(model, shifted_offset=10, local_window=3, attention_factor=1.1)
+    monkeypatch.setattr(string_shift, "QUERY_BLOCK", block)
+    with torch.no_grad():
+        model(ids)
+        expected = _naive_string_attention(attn, model.model.rotary_emb, captured["h"], 10, 3, 1.1)
+    torch.testing.assert_close(captured["out"], expected, rtol=1e-4, atol=1e-5)
+    padded, mask = left_padded(40)
+    in_blocks = logits(model, padded, attention_mask=mask)
+    monkeypatch.setattr(string_shift, "QUERY_BLOCK", 1024)
+    real = mask.bool()
+    torch.testing.assert_close(in_blocks[real], logits(model, padded, attention_mask=mask)[real], rtol=1e-5, atol=1e-5)
+
+
 def test_fitm_near_zero_strength_runs_its_path_and_stays_at_the_plain_model():
     model = tiny_model("qwen2")
     ids, mask = left_padded(32)
