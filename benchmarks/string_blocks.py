@@ -15,11 +15,13 @@ that both ways give the same last logits, to float rounding.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 
 import torch
 from latency import mdqa_prompts, spread, time_prefill
+from transformers import DynamicCache
 
 from lpes_harness.methods import string_shift
 from lpes_harness.models import cache_keyword, load_causal_lm, machine_description
@@ -52,24 +54,30 @@ def main(argv: list[str] | None = None) -> int:
 
     blocks = {"plain model": None, "STRING, one block": length, "STRING, blocks": string_shift.QUERY_BLOCK}
 
-    def run(way: str, timed: bool = True):
+    @contextlib.contextmanager
+    def installed(way: str):
+        """STRING installed at the way's block size (the plain model: nothing installed)."""
         if blocks[way] is None:
-            return time_prefill(model, next_logits, input_ids) if timed else None
+            yield
+            return
         string_shift.QUERY_BLOCK = blocks[way]
         string_shift.install(model, shifted_offset=args.shifted_offset, local_window=args.local_window)
         try:
-            if timed:
-                return time_prefill(model, next_logits, input_ids)
-            from transformers import DynamicCache
-
-            with torch.no_grad():
-                return next_logits(input_ids, torch.ones_like(input_ids), torch.arange(length)[None],
-                                   DynamicCache(config=model.config)).float()
+            yield
         finally:
             string_shift.remove(model)
             string_shift.QUERY_BLOCK = blocks["STRING, blocks"]
 
-    difference = (run("STRING, one block", timed=False) - run("STRING, blocks", timed=False)).abs().max().item()
+    def last_logits(way: str) -> torch.Tensor:
+        with installed(way), torch.no_grad():
+            return next_logits(input_ids, torch.ones_like(input_ids), torch.arange(length)[None],
+                               DynamicCache(config=model.config)).float()
+
+    def run(way: str) -> float:
+        with installed(way):
+            return time_prefill(model, next_logits, input_ids)
+
+    difference = (last_logits("STRING, one block") - last_logits("STRING, blocks")).abs().max().item()
     print(f"one prompt of {length} tokens, S = {args.shifted_offset}, W = {args.local_window}, blocks of "
           f"{blocks['STRING, blocks']} queries, {args.dtype}, {torch.get_num_threads()} threads, on "
           f"{machine_description(str(model.device))}; largest difference of the last logits, one block against "
