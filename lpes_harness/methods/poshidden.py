@@ -35,9 +35,9 @@ Facts from the authors' code (PositionalHidden/PositionalHidden,
   RoPE is the model's own (cos, sin), so llama3 / YaRN / dynamic RoPE are kept. The paper also
   covers ALiBi models (MPT), which this harness does not load.
 
-Cost: no extra forward. In each band layer, one more key projection over the prompt and a second
-attention pass (we compute it for every query of the prompt and keep the changed rows, simpler
-than slicing per row); a decoded token costs what it costs in the plain model.
+Cost: no extra forward. In each band layer, one more query and key projection over the prompt, and a
+second attention pass for the queries from the batch's first answer row on (on a prompt, its last
+column); a decoded token costs what it costs in the plain model.
 """
 
 from __future__ import annotations
@@ -138,18 +138,35 @@ def _forward(state: _State):
         scaled[..., state.channels] *= state.factor
         query, key = _query_key(self, scaled, cos, sin)
         value = self.v_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        everyone = bool(rows.all())
-        if not everyone:  # a prompt: its other queries attend as the plain model's, to the plain keys
-            plain_query, plain_key = _query_key(self, hidden_states, cos, sin)
         if layer_cache is not None:  # the cache holds the scaled keys, as the reference's
             key, value = layer_cache.update(key, value, self.layer_idx)
-        output = attention.attend(self, query, key, value, attention_mask, **kwargs)
-        if not everyone:
-            plain = attention.attend(self, plain_query, plain_key, value, attention_mask, **kwargs)
-            output = torch.where(rows[:, :, None, None], output, plain)
+        if bool(rows.all()):  # a decoding step: every query is an answer's
+            output = attention.attend(self, query, key, value, attention_mask, **kwargs)
+        else:  # a prompt: its other queries attend as the plain model's, to the plain keys
+            plain_query, plain_key = _query_key(self, hidden_states, cos, sin)
+            output = attention.attend(self, plain_query, plain_key, value, attention_mask, **kwargs)
+            if bool(rows.any()):
+                output = _with_answer_queries(self, output, rows, query, key, value, attention_mask, **kwargs)
         return self.o_proj(output.reshape(batch, q_len, -1).contiguous()), None
 
     return forward
+
+
+def _with_answer_queries(attn, output, rows, query, key, value, attention_mask, **kwargs):
+    """``output`` with the answer rows' attention from the scaled queries and keys. Only the columns from
+    the batch's first answer row on are computed: on a prompt that is its last column, so a second
+    attention over the whole square (what a prompt cost before) is a sliver of one."""
+    first = int(rows.any(0).nonzero().min())
+    visible = query_rows.visible_keys(attention_mask, rows.shape[1], key.shape[2], query.device)[..., first:, :]
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        # A slice of the queries cannot use sdpa's is_causal (it aligns them at the first key), and
+        # eager attention adds its mask: the additive form serves both kernels.
+        visible = torch.zeros(visible.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~visible, torch.finfo(query.dtype).min)
+    answers = attention.attend(attn, query[:, :, first:], key, value, visible, **kwargs)
+    output = output.clone()
+    output[:, first:] = torch.where(rows[:, first:, None, None], answers, output[:, first:])
+    return output
 
 
 def install(model: nn.Module, channels: Any, factor: float = 0.0, layers: Any = None) -> nn.Module:
