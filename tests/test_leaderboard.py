@@ -89,7 +89,7 @@ def _latency(tmp_path: Path) -> Path:
 
 
 def _board(sources, **fields) -> Board:
-    defaults = dict(model="Tiny", about="A fake table.", tune="tune {label}={model}{colon_args} -> {name}",
+    defaults = dict(model="Tiny", about="A fake table.", tune="tune {label}={model}{colon_args} -> {name}{tune_args}",
                     score="score \"{label}={model}{colon_args}\" into {name}", score_curve="curve {name}={scales}",
                     latency="latency.json", latency_where="a test machine")
     return Board(sources=tuple(sources), **{**defaults, **fields})
@@ -154,8 +154,10 @@ def test_kept_records_name_uniform_base_and_layer_type_rows_pi(tmp_path):
 def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
     tmp_path, source = paired
     board = _board([source], needs={"poshidden": "setting=p.json"}, refused={"string": "it refuses tiny models"},
-                   searches={"lpes_both": ("search both", "both/scales.json")})
+                   searches={"lpes_both": ("search both", "both/scales.json")}, tune_args={"fitm": "--grid G"})
     page = render([board], _latency(tmp_path))
+    assert "tune Found in the Middle=fitm_hf -> fitm \\\n      --grid G" in page  # the board's own grid for it
+    assert "-> poshidden\n" in page  # and only for it
     assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: K + 1: the K dummy "
             "copies (10 by default) as rows of one batch." in page)
     assert 'score "Found in the Middle=fitm_hf" into fitm' in page

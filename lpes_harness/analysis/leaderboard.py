@@ -199,7 +199,8 @@ def _commands(board: Board, method) -> tuple[list[str], str]:
     """The board's commands for ``method``, and what they do in words (without commands: why there are none)."""
     args = board.needs.get(method.name, "")
     values = {"label": method.label, "model": method.lm_eval, "name": method.name,
-              "colon_args": f":{args}" if args else "", "comma_args": f",{args}" if args else ""}
+              "colon_args": f":{args}" if args else "", "comma_args": f",{args}" if args else "",
+              "tune_args": f" \\\n    {board.tune_args[method.name]}" if method.name in board.tune_args else ""}
     commands = [board.prepare[method.name]] if method.name in board.prepare else []
     if method.module != ROPE:
         commands += [fill(board.tune, **values), fill(board.score, **values)]

@@ -23,7 +23,8 @@ class Board:
     """One model's held-out table: where its rows are, and how a missing method would be scored there.
 
     ``score``: a baseline's authors' and tuned rows on these samples (after ``tune``, the tuner on the
-    search split); ``score_curve``: an LPES curve's row; ``searches``: the command that makes a curve of
+    search split; ``tune_args``: a method's tuner arguments beyond the table's, such as a grid rescaled to
+    this board's prompts); ``score_curve``: an LPES curve's row; ``searches``: the command that makes a curve of
     an LPES scaling the board has none of, and the scales file it writes; ``needs``: arguments a method
     needs on this model (a setting file), made by ``prepare``; ``refused``: methods that refuse the model.
     """
@@ -37,6 +38,7 @@ class Board:
     searches: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     needs: Mapping[str, str] = field(default_factory=dict)
     prepare: Mapping[str, str] = field(default_factory=dict)
+    tune_args: Mapping[str, str] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)
     latency: str = ""
     latency_where: str = ""
@@ -65,7 +67,7 @@ BOARDS = (
               "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command; the rivals', "
               "the robust curve's and the base-scaling curve's rows: [results/leaderboard_smollm2](../results/leaderboard_smollm2/README.md)).",
         tune="python -m lpes_harness.search.tune_baselines --baseline \"{label}={model}{colon_args}\" --dtype bfloat16 \\\n"
-             "    --output results/tune/{name}",
+             "    --output results/tune/{name}{tune_args}",
         score="python -m lpes_harness.analysis.paired --scales reference=results/smollm2_multi_needle_reference/scales.json "
               "--no-pi \\\n    --baseline \"{label}={model}{colon_args}\" --baseline \"$(cat results/tune/{name}/best.txt)\" \\\n    "
               + _SMOLLM2_SAMPLES,
@@ -92,7 +94,7 @@ BOARDS = (
               "bfloat16 matched on the 20 samples checked ([its README](../results/leaderboard_gemma3/README.md)).",
         tune="python -m lpes_harness.search.tune_baselines --baseline \"{label}={model}{colon_args}\" --pretrained gemma3-270m \\\n"
              "    --metadata '{\"num_sentences\": 240}' --num-samples 16 --dtype bfloat16 --chat-template off \\\n"
-             "    --output results/tuned_baselines_gemma3/{name}",
+             "    --output results/tuned_baselines_gemma3/{name}{tune_args}",
         score="\n".join((_GEMMA_SAMPLES,
                          _GEMMA_RUN.replace("{args}", "{comma_args}").replace("{row}", "_authors"),
                          _GEMMA_RUN.replace("{args}", ",$(cut -d: -f2- results/tuned_baselines_gemma3/{name}/best.txt)")
@@ -110,6 +112,8 @@ BOARDS = (
                                 "--output results/robust_gemma3_both_seed1",
                                 "results/robust_gemma3_both_seed1/scales.json")},
         needs={"poshidden": "setting=results/poshidden/gemma3.json"},
+        # The table's STRING grid (S 128-512) was made for SmolLM2's ~1k-token prompts; these are ~2.3k.
+        tune_args={"string": "--grid '{\"shifted_offset\": [256, 512, 768, 1024], \"local_window\": [64, 128]}'"},
         prepare={"poshidden": "python -m lpes_harness.methods.poshidden_channel --pretrained gemma3-270m --select-task "
                               "multi_needle \\\n    --metadata '{\"num_sentences\": 240}' --out results/poshidden/gemma3.json"},
         refused={"moice": "`moice_hf` refuses Gemma-3 at install: its routers are trained for one set of bases "
