@@ -186,6 +186,19 @@ def test_fitm_calibration_is_the_papers_eq_5():
     share = lambda w: w[..., 2:6] / w[..., 2:6].sum(-1, keepdim=True)  # noqa: E731
     torch.testing.assert_close(share(new), share(plain))
     assert torch.equal(fitm.calibrate(plain, dummy, member, t, strength=0.0), plain)
+    # a span's mean is over the keys the query sees: hiding keys no span holds changes nothing ...
+    visible = torch.ones(1, 1, queries, keys, dtype=torch.bool)
+    hidden = visible.clone()
+    hidden[..., :2] = False
+    cut = lambda w: w.masked_fill(~hidden, 0.0)  # noqa: E731
+    torch.testing.assert_close(fitm.calibrate(cut(plain), cut(dummy), member, t, visible=hidden),
+                               fitm.calibrate(cut(plain), cut(dummy), member, t))
+    # ... and hiding half of span 0 halves its count: its mean doubles, as if it held 2 keys
+    hidden[..., 2:4] = False
+    two_keys = member.clone()
+    two_keys[:, 0, 2:4] = False
+    torch.testing.assert_close(fitm.calibrate(cut(plain), cut(dummy), member, t, visible=hidden),
+                               fitm.calibrate(cut(plain), cut(dummy), two_keys, t))
 
 
 def test_fitm_spans_and_dummy_copies():
@@ -200,6 +213,53 @@ def test_fitm_spans_and_dummy_copies():
     assert torch.equal(copies[:2], ids)
     assert copies[2 * 2 + 1, 15:20].tolist() == [90, 91, 90, 91, 90]  # copy 2, row 1: its span 1
     assert torch.equal(copies[2 * 2 + 1, :15], ids[1, :15]) and torch.equal(copies[2 * 2 + 1, 20:], ids[1, 20:])
+    # three spans to a copy: copy 1 replaces spans 0-2 (columns 0..29 of row 0), copy 2 span 3 alone
+    grouped = fitm.dummy_copies(ids, spans, [90, 91], spans_per_copy=3)
+    assert grouped.shape == (3 * 2, 40) and fitm.copy_count(4, 3) == 2
+    assert grouped[2, :30].tolist() == [90, 91] * 15 and torch.equal(grouped[2, 30:], ids[0, 30:])
+    assert torch.equal(grouped[4, :30], ids[0, :30]) and grouped[4, 30:].tolist() == [90, 91] * 5
+    one = fitm.dummy_copies(ids, spans, [90, 91], spans_per_copy=4)  # one copy: the dummy in every span
+    assert one.shape == (2 * 2, 40) and one[2].tolist() == [90, 91] * 20
+    assert one[3].tolist() == ids[1, :10].tolist() + [90, 91, 90, 91, 90] * 4 + ids[1, 30:].tolist()
+
+
+def test_fitm_one_copy_for_every_span_measures_each_spans_bias_on_that_copy(monkeypatch):
+    model = tiny_model("qwen2")
+    ids = random_ids(32, batch=2)
+    seen = []
+    real_calibrate = fitm.calibrate
+    monkeypatch.setattr(fitm, "calibrate", lambda plain, dummy, *a, **k: seen.append(dummy) or real_calibrate(plain, dummy, *a, **k))
+    fitm.install(model, num_spans=4, spans_per_copy=4, dummy_ids=DUMMY, temperature=1e-2)
+    with torch.no_grad():
+        fitm.forward_logits(model, ids)
+    assert seen and all(d.shape[0] == 4 and all(torch.equal(d[k], d[0]) for k in range(4)) for d in seen)
+    seen.clear()
+    fitm.remove(model)
+    fitm.install(model, num_spans=4, dummy_ids=DUMMY, temperature=1e-2)  # the paper's: a copy per span
+    with torch.no_grad():
+        fitm.forward_logits(model, ids)
+    assert seen and all(not torch.equal(d[1], d[0]) for d in seen)
+
+
+@pytest.mark.parametrize("spans_per_copy", [1, 2])
+def test_fitm_decoding_on_a_sliding_windows_cache_gives_the_full_forwards_logits(spans_per_copy):
+    # Gemma-3's sliding layers (window 8) keep only the keys they see: a span partly out of the window
+    # must be averaged over its visible keys in both computations (the tokens alone matched by chance).
+    from transformers import DynamicCache
+
+    model = build("gemma3")
+    ids, mask = left_padded(16, pad=3)
+    positions = lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)  # noqa: E731
+    fitm.install(model, num_spans=3, dummy_ids=DUMMY, temperature=1e-2, region="0:1", layers="2",
+                 spans_per_copy=spans_per_copy)  # layer 2: a sliding one
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        token = fitm.forward_logits(model, ids, mask, positions(mask), cache, last_only=True).argmax(-1, keepdim=True)
+        longer = torch.cat([mask, mask.new_ones(2, 1)], -1)
+        cached = fitm.forward_logits(model, token, longer, positions(longer)[:, -1:], cache, last_only=True)
+        full = fitm.forward_logits(model, torch.cat([ids, token], -1), longer, positions(longer),
+                                   query_start=[ids.shape[1] - 1] * 2)[:, -1]
+    torch.testing.assert_close(cached, full, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- cached decoding
@@ -215,7 +275,7 @@ def _recompute(next_logits, ids, mask, steps):
     return sequence
 
 
-@pytest.mark.parametrize("rival", ["poshidden", "string", "fitm"])
+@pytest.mark.parametrize("rival", ["poshidden", "string", "fitm", "fitm_two_copies"])
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
 def test_cached_generation_equals_full_recomputation(rival, arch):
     # Gemma-3: a 16-token prompt and 8 new tokens against a sliding window of 8 (its cache drops keys).
@@ -224,8 +284,9 @@ def test_cached_generation_equals_full_recomputation(rival, arch):
     last = ids.shape[1] - 1
     positions = lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)  # noqa: E731
     with torch.no_grad():
-        if rival == "fitm":
-            fitm.install(model, num_spans=3, dummy_ids=DUMMY, temperature=1e-2, region="0:1")
+        if rival.startswith("fitm"):
+            fitm.install(model, num_spans=3, dummy_ids=DUMMY, temperature=1e-2, region="0:1",
+                         spans_per_copy=2 if rival == "fitm_two_copies" else 1)
             cached = fitm.generate(model, ids, attention_mask=mask, max_new_tokens=8)
             full = _recompute(lambda s, m: fitm.forward_logits(model, s, m, positions(m), query_start=[last] * 2)[:, -1],
                               ids, mask, 8)

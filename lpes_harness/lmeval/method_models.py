@@ -133,23 +133,25 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
     """HFLM with Found-in-the-Middle attention calibration.
 
     ``--model_args``: ``strength`` (default 1; 0 is the plain model), ``temperature`` (5e-5),
-    ``num_spans`` (10), ``region`` (``0.05:0.95``), ``layers`` (default: the last half), ``dummy``
-    (the dummy span's text); every HFLM argument.
+    ``num_spans`` (10), ``spans_per_copy`` (1, the paper's; ``num_spans``: one dummy copy for all),
+    ``region`` (``0.05:0.95``), ``layers`` (default: the last half), ``dummy`` (the dummy span's text);
+    every HFLM argument.
     """
 
     def __init__(self, pretrained: Any = None, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
-                 region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, gguf_file: str | None = None,
-                 device: str | None = None, **kwargs) -> None:
+                 region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, spans_per_copy: Any = 1,
+                 gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
         strength, temperature, num_spans, region = fitm.check_arguments(strength, temperature, num_spans, region)
+        spans_per_copy = fitm.SPANS_PER_COPY.check(spans_per_copy, fitm.NAME)
         if not str(dummy).strip():  # all checked before the (slow) model load
             raise MethodError(f"fitm_hf: dummy={dummy!r} is empty; give the dummy span's text")
         super().__init__(**model_args, **kwargs)
         self._fitm = {"strength": strength, "temperature": temperature, "num_spans": num_spans, "region": region,
-                      "layers": layers, "dummy": dummy}
+                      "layers": layers, "dummy": dummy, "spans_per_copy": spans_per_copy}
         if strength != fitm.STRENGTH.identity:
             dummy_ids = self.tokenizer(str(dummy), add_special_tokens=False)["input_ids"]
-            fitm.install(self.model, strength, temperature, num_spans, region, layers, dummy_ids)
+            fitm.install(self.model, strength, temperature, num_spans, region, layers, dummy_ids, spans_per_copy)
 
     def _installed(self) -> bool:
         return fitm.SLOT.find(self.model) is not None

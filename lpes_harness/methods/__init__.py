@@ -136,8 +136,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            (Parameter("strength", default=1.0, identity=0.0, low=0.0, high=1.0,
                       help="share of the calibrated attention (1: the paper's; 0: the plain model)"),
             Parameter("temperature", default=5e-5, identity=None, low=1e-12, help="t of softmax(rel / t)"),
-            Parameter("num_spans", default=10, identity=None, low=2, high=64, integer=True, help="K, spans of the region")),
-           forwards="K + 1: the K dummy copies (10 by default) as rows of one batch",
+            Parameter("num_spans", default=10, identity=None, low=2, high=64, integer=True, help="K, spans of the region"),
+            Parameter("spans_per_copy", default=1, identity=None, low=1, high=64, integer=True,
+                      help="spans one dummy copy replaces (1: the paper's, a copy per span; K: one copy for all)")),
+           forwards="ceil(K / spans_per_copy) + 1: the dummy copies (10 by default) as rows of one batch",
            grid={"temperature": (5e-5, 2e-4, 1e-3, 5e-3), "strength": (0.5, 1.0)}, needs={"dummy_ids": (5, 6, 7)}),
     Method("string", "STRING", "STRING (An et al. 2025): relative distances d >= S read as d - S + W in every layer "
            "(the far, rarely trained distances replaced by well-trained ones)", "lpes_harness.methods.string_shift",

@@ -25,6 +25,10 @@ the paper leaves a choice, ours:
   same query, layer and head. Nothing is cached across samples: the bias of Eq. 3 is the
   model's own on this prompt. The dummy copies run the plain model (they measure its bias) and
   decode the real row's tokens, so the bias of each answer token's query is measured too.
+- **Fewer copies** (``spans_per_copy``, ours, not the paper's): one copy may replace g spans at once
+  (copy j holds the dummy in spans jg..jg+g-1), so ceil(K / g) copies measure every span's bias.
+  With g = K one copy holds the dummy in every span: the bias is then measured in a context of
+  dummies instead of one among real spans; a cheaper approximation, named as such in any row.
 - **Which queries.** The ones that predict the answer (the paper's "when predicting the next
   token"): the prompt's last token and each generated one; in ``loglikelihood`` every position
   that predicts the continuation. The prompt's own tokens attend as in the plain model.
@@ -34,8 +38,9 @@ the paper leaves a choice, ours:
   plain model, what ``fitm_hf`` then runs, bit for bit). Spans the query cannot see (outside a
   sliding window) are left out of the redistribution.
 
-Cost: the K dummy copies are K extra forwards per sample (batched with it: (K + 1) x the
-prompt's compute and KV memory) and K extra token-forwards per generated token; the calibrated
+Cost: the ceil(K / g) dummy copies are as many extra forwards per sample (batched with it: with the
+paper's g = 1, (K + 1) x the prompt's compute and KV memory) and as many token-forwards per
+generated token; the calibrated
 queries' attention is also computed by hand (float32) in the calibrated layers. Generation is
 greedy, with our decoding loop (:mod:`~lpes_harness.methods.decoding`), since the copies share
 one token per step.
@@ -57,7 +62,7 @@ from lpes_harness.models import cache_keyword, output_layer
 
 ENTRY = METHODS["fitm"]
 NAME = ENTRY.lm_eval
-STRENGTH, TEMPERATURE, NUM_SPANS = ENTRY.parameters
+STRENGTH, TEMPERATURE, NUM_SPANS, SPANS_PER_COPY = ENTRY.parameters
 DEFAULT_REGION = (0.05, 0.95)
 DUMMY_TEXT = " This sentence is only a placeholder and carries no information."
 
@@ -71,6 +76,7 @@ class _State(MethodState):
     temperature: float
     strength: float
     dummy_ids: list[int]
+    spans_per_copy: int = 1
     # Set by forward_logits while it runs: the real rows (B; the K copies follow, copy-major) and
     # their first calibrated column; the spans (B, K, 2) from the last prompt, kept while decoding.
     batch: int | None = None
@@ -98,7 +104,7 @@ def parse_region(value: Any) -> tuple[float, float]:
 
 
 def calibrate(plain: torch.Tensor, dummy: torch.Tensor, member: torch.Tensor, temperature: float,
-              strength: float = 1.0) -> torch.Tensor:
+              strength: float = 1.0, visible: torch.Tensor | None = None) -> torch.Tensor:
     """The paper's Eq. 5 on attention weights.
 
     ``plain (B, H, n, kv)``: the real row's weights; ``dummy (K, B, H, n, kv)``: copy k's, whose
@@ -106,9 +112,16 @@ def calibrate(plain: torch.Tensor, dummy: torch.Tensor, member: torch.Tensor, te
     ``A_k`` = mean weight of the real row on span k, ``D_k`` = copy k's on it; ``alpha =
     softmax((A - D) / t)`` over the spans the query sees; span k's weights are scaled by
     ``alpha_k / A_k * C``, ``C`` keeping the spans' total. Keys outside every span keep theirs.
+    ``visible (B or 1, 1, n, kv)``: the keys each query sees; a span's mean is over those of its
+    keys only, so that a sliding window's cache, which holds only the keys it sees, gives the same
+    means as a forward over the whole sequence.
     """
     weights = member.to(plain.dtype)
-    count = weights.sum(-1)[:, None, None, :]  # (B, 1, 1, K)
+    if visible is None:
+        count = weights.sum(-1)[:, None, None, :]  # (B, 1, 1, K)
+    else:
+        count = torch.einsum("bqj,bkj->bqk", visible[:, 0].expand(len(weights), -1, -1).to(plain.dtype),
+                             weights)[:, None]  # (B, 1, n, K)
     mass = torch.einsum("bhqj,bkj->bhqk", plain, weights)
     dummy_mass = torch.einsum("kbhqj,bkj->bhqk", dummy, weights)
     valid = (count > 0) & (mass > 0)
@@ -150,17 +163,18 @@ def _forward(state: _State):
 def _calibrated(attn, state: _State, query, key, value, attention_mask, rows, past, output):
     """The real rows' attention output with the calibrated queries replaced (``(B, q_len, H, D)``)."""
     batch, q_len, kv_len = rows.shape[0], query.shape[2], key.shape[2]
-    first = int(rows.any(0).nonzero().min())
+    first = query_rows.first_answer_column(rows)
     groups = query.shape[1] // key.shape[1]
     keys, values = attention.repeat_heads(key, groups), attention.repeat_heads(value, groups)
     scores = torch.matmul(query[:, :, first:].float(), keys.float().transpose(-1, -2)) * attn.scaling
     visible = query_rows.visible_keys(attention_mask, q_len, kv_len, query.device)[..., first:, :]
     weights = query_rows.masked_softmax(scores, visible)  # (copies * B, H, n, kv)
     weights = weights.view(-1, batch, *weights.shape[1:])
-    columns = torch.arange(kv_len, device=query.device) + (past + q_len - kv_len)  # keys' columns in the sequence
     spans = state.spans.to(query.device)
+    copy_of_span = torch.arange(spans.shape[1], device=query.device) // state.spans_per_copy
+    columns = torch.arange(kv_len, device=query.device) + (past + q_len - kv_len)  # keys' columns in the sequence
     member = (columns[None, None, :] >= spans[..., :1]) & (columns[None, None, :] < spans[..., 1:])  # (B, K, kv)
-    new = calibrate(weights[0], weights[1:], member, state.temperature, state.strength)
+    new = calibrate(weights[0], weights[1:][copy_of_span], member, state.temperature, state.strength, visible[:batch])
     new = torch.matmul(new, values[:batch].float()).transpose(1, 2).to(output.dtype)  # (B, n, H, D)
     output = output.clone()
     chosen = rows[:, first:, None, None]
@@ -183,16 +197,25 @@ def prompt_spans(input_ids, attention_mask, query_start, num_spans: int, region)
     return spans
 
 
-def dummy_copies(input_ids: torch.Tensor, spans: torch.Tensor, dummy_ids: list[int]) -> torch.Tensor:
-    """``((K + 1) B, T)``: the input, then K copies with span k replaced by the dummy tiled to its length."""
+def copy_count(num_spans: int, spans_per_copy: int) -> int:
+    """How many dummy copies measure ``num_spans`` spans, ``spans_per_copy`` to a copy."""
+    return -(-num_spans // spans_per_copy)
+
+
+def dummy_copies(input_ids: torch.Tensor, spans: torch.Tensor, dummy_ids: list[int], spans_per_copy: int = 1
+                 ) -> torch.Tensor:
+    """``((C + 1) B, T)``: the input, then C = ceil(K / g) copies, copy j with spans jg..jg+g-1 replaced
+    by the dummy tiled to each one's length (g = ``spans_per_copy``; 1: copy k replaces span k)."""
     copies = [input_ids]
     dummy = torch.tensor(dummy_ids, dtype=input_ids.dtype, device=input_ids.device)
-    for k in range(spans.shape[1]):
+    num_spans = spans.shape[1]
+    for j in range(copy_count(num_spans, spans_per_copy)):
         copy = input_ids.clone()
-        for row in range(input_ids.shape[0]):
-            start, end = (int(v) for v in spans[row, k])
-            if end > start:
-                copy[row, start:end] = dummy.repeat((end - start) // len(dummy) + 1)[: end - start]
+        for k in range(j * spans_per_copy, min((j + 1) * spans_per_copy, num_spans)):
+            for row in range(input_ids.shape[0]):
+                start, end = (int(v) for v in spans[row, k])
+                if end > start:
+                    copy[row, start:end] = dummy.repeat((end - start) // len(dummy) + 1)[: end - start]
         copies.append(copy)
     return torch.cat(copies)
 
@@ -203,13 +226,13 @@ def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_id
     dummy copies run beside them. On an empty cache (or none) the input is the prompt: its spans are
     cut there and kept for the decoding steps that continue the cache."""
     state = get_state(model)
-    copies = state.num_spans + 1
+    copies = copy_count(state.num_spans, state.spans_per_copy) + 1
     past = cache.get_seq_length() if cache is not None else 0
     if query_start is not None:
         query_start = torch.as_tensor(query_start, dtype=torch.long).reshape(-1)
     if past == 0:
         state.spans = prompt_spans(input_ids, attention_mask, query_start, state.num_spans, state.region)
-        ids = dummy_copies(input_ids, state.spans, state.dummy_ids)
+        ids = dummy_copies(input_ids, state.spans, state.dummy_ids, state.spans_per_copy)
     elif state.spans is None:
         raise MethodError(f"{NAME}: a decoding step before any prompt; start with the prompt on an empty cache")
     else:
@@ -243,17 +266,19 @@ def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, 
 
 
 def install(model: nn.Module, strength: float = 1.0, temperature: float = 5e-5, num_spans: int = 10, region: Any = None,
-            layers: Any = None, dummy_ids: list[int] | None = None) -> nn.Module:
+            layers: Any = None, dummy_ids: list[int] | None = None, spans_per_copy: int = 1) -> nn.Module:
     """Calibrate the attention of ``layers`` (default: the last half). ``dummy_ids``: the dummy span's tokens."""
     SLOT.free(model)
     strength, temperature, num_spans, region = check_arguments(strength, temperature, num_spans, region)
+    spans_per_copy = SPANS_PER_COPY.check(spans_per_copy, NAME)
     if not dummy_ids:
         raise MethodError(f"{NAME}: dummy_ids is empty; give the dummy span's token ids (fitm_hf tokenizes DUMMY_TEXT)")
     attention.check_attention_implementation(model, NAME)
     parts, _ = model_checks.check_model(model, NAME, rewrites_attention=True)
     n_layers = len(parts.layers)
     chosen = list(range(n_layers // 2, n_layers)) if layers is None else arguments.parse_layers(layers, n_layers)
-    state = _State(parts, chosen, num_spans, region, temperature, strength, [int(t) for t in dummy_ids])
+    state = _State(parts, chosen, num_spans, region, temperature, strength, [int(t) for t in dummy_ids],
+                   min(spans_per_copy, num_spans))
     for index in chosen:
         state.changes.forward(parts.layers[index].self_attn, _forward(state))
     return SLOT.attach(model, state)

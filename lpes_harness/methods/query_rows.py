@@ -30,6 +30,12 @@ def answer_rows(query_start: torch.Tensor | None, batch: int, q_len: int, past: 
     return rows
 
 
+def first_answer_column(rows: torch.Tensor) -> int:
+    """The first column where any row of ``rows (B, q_len)`` (from :func:`answer_rows`, with at least one
+    True) has an answer query: the rivals compute their changed attention from there on only."""
+    return int(rows.any(0).nonzero().min())
+
+
 def visible_keys(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device) -> torch.Tensor:
     """``(B or 1, 1, q_len, kv_len)`` bool: which keys each query may attend to, from the mask the
     layer was handed (boolean for sdpa, additive 0 / large negative for eager), or the causal rule
