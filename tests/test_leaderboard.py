@@ -24,6 +24,7 @@ from lpes_harness.analysis.leaderboard import main, render
 from lpes_harness.analysis.leaderboard_boards import Board
 from lpes_harness.analysis.leaderboard_rows import LeaderboardError, read_table
 from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
+from lpes_harness.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 POSITIONS = (0, 50, 100)
@@ -158,8 +159,8 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
     page = render([board], _latency(tmp_path))
     assert "tune Found in the Middle=fitm_hf -> fitm \\\n      --grid G" in page  # the board's own grid for it
     assert "-> poshidden\n" in page  # and only for it
-    assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: K + 1: the K dummy "
-            "copies (10 by default) as rows of one batch." in page)
+    assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: "
+            f"{METHODS['fitm'].forwards}." in page)
     assert 'score "Found in the Middle=fitm_hf" into fitm' in page
     assert "tune Positional hidden-state scaling=poshidden_hf:setting=p.json -> poshidden" in page
     assert "- **STRING** (`string_hf`): not scored on this table. it refuses tiny models." in page

@@ -58,11 +58,11 @@ BOARDS = (
         sources=("results/smollm2_multi_needle_tuned_baselines/heldout.json",
                  "results/leaderboard_smollm2/poshidden/heldout.json", "results/leaderboard_smollm2/string/heldout.json",
                  "results/leaderboard_smollm2/lpes_both/heldout.json", "results/leaderboard_smollm2/lpes_base/heldout.json",
-                 "results/leaderboard_smollm2/moice/heldout.json"),
+                 "results/leaderboard_smollm2/moice/heldout.json", "results/leaderboard_smollm2/fitm/heldout.json"),
         about="`multi_needle` held-out split at its defaults (60 sentences, 8 needles), chat template, bfloat16, "
               "2-core CPU (an AMD EPYC; the base-scaling curve and its uniform start on an Intel Xeon, both avx512_bf16 without AMX; "
-              "tuned MoICE on an Intel Xeon with AMX, whose bfloat16 vanilla and reference curve matched the AMD's on the first "
-              "200 samples of this table): "
+              "tuned MoICE and Found in the Middle on an Intel Xeon with AMX, whose bfloat16 vanilla and reference curve matched the "
+              "AMD's on the first 200 samples of this table): "
               "the reference table's samples, every row through `python -m lpes_harness.analysis.paired` "
               "([its README](../results/smollm2_multi_needle_tuned_baselines/README.md) has the command; the rivals', "
               "the robust curve's and the base-scaling curve's rows: [results/leaderboard_smollm2](../results/leaderboard_smollm2/README.md)).",
