@@ -85,12 +85,13 @@ BOARDS = (
     Board(
         model="Gemma-3-270M",
         sources=("results/gemma3_multi_needle_heldout200", "results/gemma3_base_multi_needle_heldout200",
-                 "results/leaderboard_gemma3/poshidden", "results/leaderboard_gemma3/string"),
+                 "results/leaderboard_gemma3/poshidden", "results/leaderboard_gemma3/string",
+                 "results/leaderboard_gemma3/fitm"),
         about="`multi_needle` held-out split at 240 sentences (~2.3k tokens, where it shows the U-curve), no chat "
               "template, bfloat16, one H200: every row one plain `lm_eval --log_samples` run, kept by `lpes-report "
               "--keep-samples` ([position rows and baselines](../results/gemma3_multi_needle_heldout200/README.md), "
               "[base-scaling rows](../results/gemma3_base_multi_needle_heldout200/README.md)); tuned positional "
-              "hidden-state scaling and tuned STRING on a 2-core Intel Xeon with AMX, paired with the H200's vanilla, which that CPU's "
+              "hidden-state scaling, tuned STRING and tuned Found in the Middle on a 2-core Intel Xeon with AMX, paired with the H200's vanilla, which that CPU's "
               "bfloat16 matched on the 20 samples checked ([its README](../results/leaderboard_gemma3/README.md)).",
         tune="python -m lpes_harness.search.tune_baselines --baseline \"{label}={model}{colon_args}\" --pretrained gemma3-270m \\\n"
              "    --metadata '{\"num_sentences\": 240}' --num-samples 16 --dtype bfloat16 --chat-template off \\\n"

@@ -40,8 +40,8 @@ the paper leaves a choice, ours:
 
 Cost: the ceil(K / g) dummy copies are as many extra forwards per sample (batched with it: with the
 paper's g = 1, (K + 1) x the prompt's compute and KV memory) and as many token-forwards per
-generated token; the calibrated
-queries' attention is also computed by hand (float32) in the calibrated layers. Generation is
+generated token; the calibrated queries' attention is also computed by hand (float32) in the
+calibrated layers. Generation is
 greedy, with our decoding loop (:mod:`~lpes_harness.methods.decoding`), since the copies share
 one token per step.
 """
