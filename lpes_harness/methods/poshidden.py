@@ -115,20 +115,14 @@ def read_setting(path: str) -> dict:
     return setting
 
 
-def _rotated(projection: nn.Module, norm: nn.Module | None, head_dim: int, hidden_states, cos, sin) -> torch.Tensor:
-    """``(B, H, T, D)``: the heads of ``projection(hidden_states)``, normed when the model norms them, rotated."""
-    states = projection(hidden_states).view(*hidden_states.shape[:-1], -1, head_dim)
-    if norm is not None:
-        states = norm(states)
-    return rope_math.apply_rope(states.transpose(1, 2), cos, sin)
-
-
-def _query(attn: nn.Module, hidden_states, cos, sin) -> torch.Tensor:
-    return _rotated(attn.q_proj, getattr(attn, "q_norm", None), attn.head_dim, hidden_states, cos, sin)
-
-
-def _key(attn: nn.Module, hidden_states, cos, sin) -> torch.Tensor:
-    return _rotated(attn.k_proj, getattr(attn, "k_norm", None), attn.head_dim, hidden_states, cos, sin)
+def _query_key(attn: nn.Module, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """Rotated ``q (B, Hq, T, D)``, ``k (B, Hkv, T, D)`` as the model's attention makes them."""
+    shape = (*hidden_states.shape[:-1], -1, attn.head_dim)
+    query, key = attn.q_proj(hidden_states).view(shape), attn.k_proj(hidden_states).view(shape)
+    if hasattr(attn, "q_norm"):
+        query, key = attn.q_norm(query), attn.k_norm(key)
+    query, key = query.transpose(1, 2), key.transpose(1, 2)
+    return rope_math.apply_rope(query, cos, sin), rope_math.apply_rope(key, cos, sin)
 
 
 def _forward(state: _State):
@@ -142,38 +136,36 @@ def _forward(state: _State):
 
         scaled = hidden_states.clone()
         scaled[..., state.channels] *= state.factor
-        key = _key(self, scaled, cos, sin)
+        query, key = _query_key(self, scaled, cos, sin)
         value = self.v_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
         if layer_cache is not None:  # the cache holds the scaled keys, as the reference's
             key, value = layer_cache.update(key, value, self.layer_idx)
         if bool(rows.all()):  # a decoding step: every query is an answer's
-            output = attention.attend(self, _query(self, scaled, cos, sin), key, value, attention_mask, **kwargs)
+            output = attention.attend(self, query, key, value, attention_mask, **kwargs)
         else:  # a prompt: its other queries attend as the plain model's, to the plain keys
-            plain_query, plain_key = _query(self, hidden_states, cos, sin), _key(self, hidden_states, cos, sin)
+            plain_query, plain_key = _query_key(self, hidden_states, cos, sin)
             output = attention.attend(self, plain_query, plain_key, value, attention_mask, **kwargs)
             if bool(rows.any()):
-                # The scaled queries are projected for every column and sliced after: a projection of the
-                # slice alone rounds differently (another matmul kernel), and factor 1 must stay the plain
-                # model bit for bit; the extra projection is about a tenth of a band layer's multiply-adds.
-                first = query_rows.first_answer_column(rows)
-                query = _query(self, scaled, cos, sin)[:, :, first:]
-                output = _with_answer_queries(self, output, rows, first, query, key, value, attention_mask, **kwargs)
+                output = _with_answer_queries(self, output, rows, query, key, value, attention_mask, **kwargs)
         return self.o_proj(output.reshape(batch, q_len, -1).contiguous()), None
 
     return forward
 
 
-def _with_answer_queries(attn, output, rows, first, query, key, value, attention_mask, **kwargs):
-    """``output`` with the answer rows' attention from the scaled ``query`` (the columns from ``first``,
-    the batch's first answer column, on) and keys: on a prompt that is its last column, so a second
+def _with_answer_queries(attn, output, rows, query, key, value, attention_mask, **kwargs):
+    """``output`` with the answer rows' attention from the scaled queries and keys. Only the columns from
+    the batch's first answer row on are computed: on a prompt that is its last column, so a second
     attention over the whole square (what a prompt cost before) is a sliver of one."""
+    # The scaled queries were projected for every column and are sliced here: a projection of the slice
+    # alone rounds differently (another matmul kernel), and factor 1 must stay the plain model bit for bit.
+    first = query_rows.first_answer_column(rows)
     visible = query_rows.visible_keys(attention_mask, rows.shape[1], key.shape[2], query.device)[..., first:, :]
     if attention_mask is None or attention_mask.dtype != torch.bool:
         # A slice of the queries cannot use sdpa's is_causal (it aligns them at the first key), and
         # eager attention adds its mask: the additive form serves both kernels.
         visible = torch.zeros(visible.shape, dtype=query.dtype, device=query.device).masked_fill(
             ~visible, torch.finfo(query.dtype).min)
-    answers = attention.attend(attn, query, key, value, visible, **kwargs)
+    answers = attention.attend(attn, query[:, :, first:], key, value, visible, **kwargs)
     output = output.clone()
     output[:, first:] = torch.where(rows[:, first:, None, None], answers, output[:, first:])
     return output
