@@ -26,6 +26,11 @@ default, a third of the trained length, is past these prompts' length, where no 
 LPES's base and both scaling, and PI at those scalings ("PI base", "PI both", the names the leaderboard
 looks them up by), run a stand-in curve. A method that refuses the model (MoICE on Gemma-3) is left out
 of the run, with its reason printed and kept in the ``--json`` file's ``refused``.
+
+``--setting METHOD:ARGS`` (repeatable) also times a method at other parameters, as a row of a board ran it
+(``--setting "fitm:spans_per_copy=10,temperature=5e-05,strength=0.5"``: one dummy copy, 2 forwards a token
+instead of 11); its line is named ``LABEL (ARGS)`` and the ``--json`` file's ``settings`` says what it ran,
+so that the leaderboard gives such a row its own ratio instead of its method's at its defaults.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
 PI_BASE, PI_BOTH = latency_label("PI", "base"), latency_label("PI", "both")
 METHODS = ("vanilla", "LPES", "LPES base", "LPES both", "PI", PI_BASE, PI_BOTH, "Ms-PoE", "Buckets", "MoICE",
            "Positional hidden-state scaling", "Found in the Middle", "STRING")
+# The methods with parameters of their own, which --setting may time at other values than their defaults.
+SETTABLE = ("Ms-PoE", "Buckets", "MoICE", "Positional hidden-state scaling", "Found in the Middle", "STRING")
 
 
 def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
@@ -91,9 +98,26 @@ def method_names(text: str) -> list[str]:
     return [TABLE[m].label if m in TABLE else m for m in names]
 
 
+def parse_setting(text: str) -> tuple[str, str, dict]:
+    """``--setting METHOD:ARGS`` -> (its line's name, the method's label, its arguments as lm-eval parses them).
+    METHOD: a key or label of the table of methods with arguments of its own (not LPES or PI: their curve
+    is ``--lpes-scales``)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    from lpes_harness.methods import METHODS as TABLE
+
+    method, sep, args = (part.strip() for part in text.partition(":"))
+    label = TABLE[method].label if method in TABLE else method
+    if not sep or not args or label not in SETTABLE:
+        raise ValueError(f"--setting {text!r}: give METHOD:KEY=VALUE,... with METHOD one of "
+                         f"{', '.join(sorted(SETTABLE))} (or its key in the table of methods)")
+    return f"{label} ({args})", label, simple_parse_args_string(args)
+
+
 def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshidden_setting: str | None,
-                 string_offset: int):
-    """name -> (install, remove, next_logits) on the one loaded model."""
+                 string_offset: int, settings: tuple[str, ...] = ()):
+    """name -> (install, remove, next_logits) on the one loaded model: every method at its defaults, then
+    each ``--setting`` (:func:`parse_setting`) under its own name."""
     from lpes_harness import rope
     from lpes_harness.methods import buckets, fitm, moice, mspoe, poshidden, string_shift
     from lpes_harness.models import cache_keyword
@@ -112,8 +136,27 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
     def none(_model=None):
         return None
 
-    hidden = poshidden.resolve_arguments(setting=poshidden_setting, channels=None if poshidden_setting else "0")
     dummy_ids = tokenizer(fitm.DUMMY_TEXT, add_special_tokens=False)["input_ids"]
+
+    def installed(module, next_logits, **arguments):
+        return lambda: module.install(model, **arguments), lambda: module.remove(model), next_logits
+
+    def hidden_scaling(**arguments):
+        # A setting file names the channel, band and factor; its own arguments override it, as poshidden_hf's.
+        hidden = poshidden.resolve_arguments(**arguments)
+        return installed(poshidden, plain_next_logits, channels=hidden["channels"], factor=hidden["factor"],
+                         layers=hidden["layers"])
+
+    # label -> arguments -> (install, remove, next_logits), for the methods a --setting may set.
+    settable = {
+        "Ms-PoE": lambda **a: installed(mspoe, plain_next_logits, **a),
+        "Buckets": lambda **a: installed(buckets, bucket_next_logits, **a),
+        "MoICE": lambda **a: installed(moice, plain_next_logits, **{"gates": gates, **a}),
+        "Positional hidden-state scaling": hidden_scaling,
+        "Found in the Middle": lambda **a: installed(fitm, fitm_next_logits, dummy_ids=dummy_ids, **a),
+        "STRING": lambda **a: installed(string_shift, plain_next_logits, **{"shifted_offset": string_offset, **a}),
+    }
+    assert set(settable) == set(SETTABLE)
 
     def lpes(factors, scaling="position"):
         return lambda: rope.install(model, factors, scaling), lambda: rope.remove(model), plain_next_logits
@@ -129,17 +172,14 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
         "PI": lpes(pi),
         PI_BASE: lpes([1.8] * len(scales), "base"),
         PI_BOTH: lpes([1.8] * (2 * len(scales)), "both"),
-        "Ms-PoE": (lambda: mspoe.install(model), lambda: mspoe.remove(model), plain_next_logits),
-        "Buckets": (lambda: buckets.install(model), lambda: buckets.remove(model), bucket_next_logits),
-        "MoICE": (lambda: moice.install(model, gates=gates), lambda: moice.remove(model), plain_next_logits),
-        "Positional hidden-state scaling": (
-            lambda: poshidden.install(model, hidden["channels"], hidden["factor"], hidden["layers"]),
-            lambda: poshidden.remove(model), plain_next_logits),
-        "Found in the Middle": (lambda: fitm.install(model, dummy_ids=dummy_ids), lambda: fitm.remove(model),
-                                fitm_next_logits),
-        "STRING": (lambda: string_shift.install(model, shifted_offset=string_offset),
-                   lambda: string_shift.remove(model), plain_next_logits),
-    }
+        "Ms-PoE": settable["Ms-PoE"](),
+        "Buckets": settable["Buckets"](),
+        "MoICE": settable["MoICE"](),
+        "Positional hidden-state scaling": hidden_scaling(setting=poshidden_setting,
+                                                          channels=None if poshidden_setting else "0"),
+        "Found in the Middle": settable["Found in the Middle"](),
+        "STRING": settable["STRING"](),
+    } | {name: settable[label](**arguments) for name, label, arguments in map(parse_setting, settings)}
 
 
 def synchronize(device) -> None:
@@ -226,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a poshidden_hf setting file (default: channel 0, factor 0, the middle band of layers)")
     parser.add_argument("--string-offset", type=int, default=512,
                         help="STRING's shifted_offset S in tokens (default 512: below these prompts' length)")
+    parser.add_argument("--setting", action="append", default=[], metavar="METHOD:ARGS",
+                        help="also time METHOD at these arguments, as a board's row ran it (repeatable), e.g. "
+                             "'fitm:spans_per_copy=10,temperature=5e-05,strength=0.5'; METHOD: one of "
+                             f"{', '.join(SETTABLE)} or its key in the table of methods")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the raw timings here")
     args = parser.parse_args(argv)
@@ -236,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--methods {args.methods!r}: accepted {', '.join(METHODS)}, and vanilla must be one of them")
     if args.repeats < 10:
         parser.error(f"--repeats {args.repeats}: give at least 10, so that the 10-90 % spread means something")
+    try:
+        settings = {name: {"method": label, "args": text.partition(":")[2].strip()}
+                    for text in args.setting for name, label, _ in [parse_setting(text)]}
+    except ValueError as err:
+        parser.error(str(err))
+    if len(settings) != len(args.setting):
+        parser.error("two --setting flags name the same method and arguments")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -250,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(inputs)} prompts of {min(lengths)}-{max(lengths)} tokens, {args.new_tokens} new tokens, "
           f"{args.repeats} repeats, {torch.get_num_threads()} threads, on {machine}", file=sys.stderr)
     methods = make_methods(model, tokenizer, lpes_scales(args.lpes_scales, rope.num_layers(model)), args.moice_gates,
-                           args.poshidden_setting, args.string_offset)
+                           args.poshidden_setting, args.string_offset, tuple(args.setting))
+    chosen += list(settings)
 
     from lpes_harness.methods.arguments import MethodError
     from lpes_harness.rope_anatomy import LPESError
@@ -315,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             "lpes_scales": args.lpes_scales,
             "poshidden_setting": args.poshidden_setting,
             "string_offset": args.string_offset,
+            "settings": {name: value for name, value in settings.items() if name not in refused},
             "refused": refused,
             "summary": summary,
         }

@@ -58,6 +58,32 @@ def test_a_method_that_refuses_the_model_is_left_out_with_its_reason(tmp_path):
     assert written["dtype"] == "float32"
 
 
+def test_a_setting_is_timed_under_its_own_name_and_bad_ones_are_refused_before_the_model_loads(tmp_path, capsys):
+    """--setting METHOD:ARGS times the method as a row ran it (here Buckets with 2 bases instead of 7); the
+    --json file says what it ran, for the leaderboard."""
+    import json
+
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    latency = load("latency")
+    assert latency.parse_setting("fitm:spans_per_copy=10,strength=0.5") == (
+        "Found in the Middle (spans_per_copy=10,strength=0.5)", "Found in the Middle",
+        {"spans_per_copy": 10, "strength": 0.5})
+    for bad in ("fitm", "LPES:scales=2", "nothing:a=1", "buckets:"):
+        with pytest.raises(SystemExit):
+            latency.main(["--pretrained", "no-such-model", "--setting", bad])
+        assert f"--setting {bad!r}: give METHOD:KEY=VALUE" in capsys.readouterr().err
+    tiny_model("llama").save_pretrained(tmp_path / "llama")
+    tiny_tokenizer().save_pretrained(tmp_path / "llama")
+    out = tmp_path / "latency.json"
+    assert latency.main(["--pretrained", str(tmp_path / "llama"), "--samples", "1", "--num-docs", "1", "--repeats", "10",
+                         "--new-tokens", "1", "--methods", "vanilla,Buckets", "--setting", "buckets:bases=1.0;2.0",
+                         "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert set(written["summary"]) == {"vanilla", "Buckets", "Buckets (bases=1.0;2.0)"}
+    assert written["settings"] == {"Buckets (bases=1.0;2.0)": {"method": "Buckets", "args": "bases=1.0;2.0"}}
+
+
 def test_every_timed_method_runs_and_leaves_the_model_as_it_was():
     """latency.py's install / next_logits / remove on a tiny model: each method changes the next-token
     logits (else it timed the plain model) and its removal gives vanilla's back."""
@@ -66,8 +92,11 @@ def test_every_timed_method_runs_and_leaves_the_model_as_it_was():
 
     latency = load("latency")
     model, ids = tiny_model("llama"), random_ids(160)
-    methods = latency.make_methods(model, tiny_tokenizer(), [1.0, 1.5, 2.0, 2.5], None, None, string_offset=128)
-    assert set(methods) == set(latency.METHODS)
+    settings = ("fitm:spans_per_copy=10", "buckets:bases=1.0;2.0", "string:shifted_offset=64,local_window=16")
+    methods = latency.make_methods(model, tiny_tokenizer(), [1.0, 1.5, 2.0, 2.5], None, None, string_offset=128,
+                                   settings=settings)
+    named = [latency.parse_setting(text)[0] for text in settings]
+    assert set(methods) == set(latency.METHODS) | set(named)
 
     def next_logits(name):
         from transformers import DynamicCache
@@ -81,9 +110,11 @@ def test_every_timed_method_runs_and_leaves_the_model_as_it_was():
             remove()
 
     plain = next_logits("vanilla")
-    for name in latency.METHODS[1:]:
+    for name in (*latency.METHODS[1:], *named):
         assert not torch.allclose(next_logits(name), plain), f"{name} timed the plain model"
         assert torch.equal(next_logits("vanilla"), plain), f"{name} was not removed"
+    for name, label in zip(named, ("Found in the Middle", "Buckets", "STRING")):  # not its method at its defaults
+        assert not torch.allclose(next_logits(name), next_logits(label)), f"{name} timed {label} at its defaults"
 
 
 def test_string_blocks_times_three_ways_and_finds_one_block_and_blocks_agree(tmp_path, capsys, monkeypatch):

@@ -223,7 +223,28 @@ def test_latency_is_read_from_what_latency_py_writes_now(tmp_path):
 
     summary = {"vanilla": measured(1.0, 1.0), "Found in the Middle": measured(11.5, 10.8)}
     (tmp_path / "latency.json").write_text(json.dumps({"prompt_tokens": [1500], "new_tokens": 16, "summary": summary}))
-    assert leaderboard.read_latency(tmp_path / "latency.json") == {"vanilla": 1.0, "Found in the Middle": 10.8}
+    assert leaderboard.read_latency(tmp_path / "latency.json").ratios == {"vanilla": 1.0, "Found in the Middle": 10.8}
+
+
+def test_a_row_timed_at_its_own_setting_gets_that_ratio_and_not_its_methods_defaults(tmp_path):
+    """latency.py --setting times a method as a row ran it: that row shows the ratio, unmarked, however the
+    numbers are spelled; a row at another setting keeps its method's ratio at its defaults, marked."""
+    source = _kept_record(tmp_path, "kept", {
+        "vanilla": ({"model": "hf", "model_args": "pretrained=x"}, VANILLA),
+        "FitM one copy": ({"model": "fitm_hf", "model_args": "pretrained=x,dtype=bfloat16,spans_per_copy=10,"
+                                                               "temperature=0.00005,strength=0.5"}, CURVE),
+        "FitM other": ({"model": "fitm_hf", "model_args": "spans_per_copy=5,temperature=5e-05,strength=0.5"}, PI_ROW)})
+    summary = {"vanilla": {"ratio": 1.0}, "Found in the Middle": {"ratio": 10.7},
+               "Found in the Middle (spans_per_copy=10,temperature=5e-05,strength=0.5)": {"ratio": 2.13}}
+    settings = {"Found in the Middle (spans_per_copy=10,temperature=5e-05,strength=0.5)": {
+        "method": "Found in the Middle", "args": "spans_per_copy=10,temperature=5e-05,strength=0.5"}}
+    (tmp_path / "latency.json").write_text(json.dumps({"prompt_tokens": [100], "new_tokens": 4, "summary": summary,
+                                                       "settings": settings}))
+    latency = leaderboard.read_latency(tmp_path / "latency.json")
+    assert latency.ratios == {"vanilla": 1.0, "Found in the Middle": 10.7}  # a setting is not its method's default
+    page = render([_board([source])], tmp_path)
+    assert "| 2.13x |" in _row_line(page, "FitM one copy")
+    assert "10.70x at its defaults" in _row_line(page, "FitM other")
 
 
 def test_the_committed_page_is_what_the_command_writes_now(tmp_path, monkeypatch):

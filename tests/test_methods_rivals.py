@@ -57,6 +57,25 @@ def test_poshidden_factor_one_runs_its_path_and_is_the_plain_model_bit_for_bit(a
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_poshidden_answer_rows_own_pass_at_factor_one_is_the_plain_attention_up_to_rounding(arch, monkeypatch):
+    """Factor 1 skips the answer rows' second attention (the scaled queries are the plain ones); forced to run
+    it anyway, that sliced pass, with its additive mask, gives the full square's numbers but for rounding."""
+    from dataclasses import replace
+
+    model = build(arch)
+    ids, mask = left_padded()
+    plain, plain_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
+    monkeypatch.setattr(poshidden, "FACTOR", replace(poshidden.FACTOR, identity=None))  # no skip at factor 1
+    poshidden.install(model, channels=[3, 17], factor=1.0, layers="0:")
+    last = logits(model, ids), logits(model, ids, attention_mask=mask)  # a bare forward: its last column
+    with poshidden.answer_queries_from(model, 10):
+        from_ten = logits(model, ids), logits(model, ids, attention_mask=mask)
+    for ours, theirs in ((last[0], plain), (last[1], plain_masked), (from_ten[0], plain), (from_ten[1], plain_masked)):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    assert torch.equal(from_ten[0][:, :10], plain[:, :10]) and torch.equal(last[0][:, :-1], plain[:, :-1])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_poshidden_changes_the_answer_queries_only(arch):
     model = build(arch)
     ids = random_ids(24, batch=2)

@@ -17,10 +17,11 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lpes_harness.analysis.leaderboard_boards import BOARDS, Board, fill
-from lpes_harness.analysis.leaderboard_rows import ROPE, LeaderboardError, Row, is_lpes, read_table
+from lpes_harness.analysis.leaderboard_rows import ROPE, LeaderboardError, Row, arguments_key, is_lpes, model_args, read_table
 from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
 from lpes_harness.methods import METHODS
 
@@ -54,11 +55,24 @@ def ratio_of(measured: Mapping) -> float:
     return float(measured["generate"]["paired_ratio"]["median"])
 
 
-def read_latency(path: Path) -> dict[str, float]:
-    """Method label -> median latency ratio to vanilla, from ``benchmarks/latency.py --json``."""
+@dataclass(frozen=True)
+class Latency:
+    """A board's ``benchmarks/latency.py --json`` run: each method's ratio at its defaults, by label, and at
+    each ``--setting`` it timed, by (label, :func:`~.leaderboard_rows.arguments_key`)."""
+
+    ratios: Mapping[str, float] = field(default_factory=dict)
+    settings: Mapping[tuple[str, tuple], float] = field(default_factory=dict)
+
+
+def read_latency(path: Path) -> Latency:
+    """A ``benchmarks/latency.py --json`` file's ratios to vanilla (:class:`Latency`)."""
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
-        return {label: ratio_of(measured) for label, measured in summary.items()}
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ratios = {label: ratio_of(measured) for label, measured in data["summary"].items()}
+        settings = {(ran["method"], arguments_key(model_args(ran["args"]))): ratios[name]
+                    for name, ran in (data.get("settings") or {}).items()}
+        return Latency({label: ratio for label, ratio in ratios.items() if label not in data.get("settings", {})},
+                       settings)
     except FileNotFoundError:
         raise LeaderboardError(f"latency file {str(path)!r} does not exist; give benchmarks/latency.py's --json file") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -72,13 +86,15 @@ def latency_label(label: str, scaling: str | None) -> str:
     return f"{label} {scaling}" if label == METHODS["pi"].label and scaling not in (None, "position") else label
 
 
-def latency_of(row: Row, ratios: Mapping[str, float]) -> str:
-    """The measured ratio of the row's method: latency.py ran every method at its defaults (so a row with
-    other parameters, fewer Buckets bases, is marked)."""
+def latency_of(row: Row, latency: Latency) -> str:
+    """The measured ratio of the row's method: at the row's own setting where latency.py timed it (``--setting``),
+    else at the method's defaults (so a row with other parameters, fewer Buckets bases, is marked)."""
     label = "vanilla" if row.entry is None else latency_label(row.entry.label, row.scaling)
-    if label not in ratios:
+    if row.sets_parameters and (label, row.arguments) in latency.settings:
+        return f"{latency.settings[label, row.arguments]:.2f}x"
+    if label not in latency.ratios:
         return "not measured"
-    return f"{ratios[label]:.2f}x" + (" at its defaults" if row.sets_parameters else "")
+    return f"{latency.ratios[label]:.2f}x" + (" at its defaults" if row.sets_parameters else "")
 
 
 def points(value: float) -> str:
@@ -95,7 +111,7 @@ def difference(test: Mapping) -> str:
     return f"{points(test['difference'])} [{points(low)}, {points(high)}]"
 
 
-def board_lines(board: Board, rows: Sequence[Row], ratios: Mapping[str, float]) -> list[str]:
+def board_lines(board: Board, rows: Sequence[Row], latency: Latency) -> list[str]:
     """The board's table, its headline and where LPES is not first."""
     vanilla, best = vanilla_of(rows, board.model), best_lpes(rows)
     order = ranked(rows)
@@ -119,7 +135,7 @@ def board_lines(board: Board, rows: Sequence[Row], ratios: Mapping[str, float]) 
         else:
             test = compare_paired(row.scores, best.scores)
             cells.append(f"{difference(test)}, p = {format_p(test['p'])}")
-        cells += ["1" if row.entry is None else row.entry.forwards, latency_of(row, ratios)]
+        cells += ["1" if row.entry is None else row.entry.forwards, latency_of(row, latency)]
         lines.append("| " + " | ".join(cells) + " |")
     return [*headline(order, vanilla, best), "", *lines, "", *where_not_first(order, best)]
 
@@ -235,12 +251,12 @@ def render(boards: Sequence[Board] = BOARDS, root: Path = Path(".")) -> str:
              "so compare it within a board.", ""]
     for board in boards:
         table = read_table(board.sources, root)
-        ratios = read_latency(root / board.latency) if board.latency else {}
+        latency = read_latency(root / board.latency) if board.latency else Latency()
         total = table.per_position * len(table.positions)
         lines += [f"## {board.model}", "", f"{board.about} {table.per_position} samples at each of "
                   f"{len(table.positions)} gold positions ({', '.join(f'{p} %' for p in table.positions)}): "
                   f"{total:,} paired samples.", "", latency_where(board, root), "",
-                  *board_lines(board, table.rows, ratios), ""]
+                  *board_lines(board, table.rows, latency), ""]
         missing = missing_lines(board, table.rows)
         if missing:
             lines += ["**Methods of the table with no row here, or without their authors' or tuned row:**", "",

@@ -44,6 +44,7 @@ class Row:
     scores: tuple[int, ...]  # 0/1 per sample, in the order of its table's samples
     scaling: str | None = None  # an lpes_hf row's scaling (latency was measured for position only)
     sets_parameters: bool = False  # a baseline row that sets its method's parameters (not its authors' defaults)
+    arguments: tuple[tuple[str, str], ...] = ()  # what a baseline row set (arguments_key), to find its own latency
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,16 @@ def paired_record(path: Path) -> tuple[list[Row], list[tuple]]:
         ran = (scored.get("methods") or {}).get(name)
         if isinstance(ran, str):  # a baseline model, "model:args"
             model, _, text = ran.partition(":")
-            entry, setting, sets = baseline_row(model, dict(pair.split("=", 1) for pair in text.split(",") if "=" in pair),
-                                                f"{path}: row {name!r}")
-            row_scaling = None
+            args = model_args(text)
+            entry, setting, sets = baseline_row(model, args, f"{path}: row {name!r}")
+            row_scaling, arguments = None, arguments_key(args)
         elif isinstance(ran, list):
             entry, setting, row_scaling, sets = rope_entry(ran, scaling), rope_setting(ran, scaling), scaling, False
+            arguments = ()
         else:
             raise LeaderboardError(f"{path}: row {name!r} has no scales or model:args under 'methods'")
         scores = [v for p in sorted(by_position) for v in by_position[p]]
-        rows.append(Row(name, entry, setting, _binary(scores, f"{path}: row {name!r}"), row_scaling, sets))
+        rows.append(Row(name, entry, setting, _binary(scores, f"{path}: row {name!r}"), row_scaling, sets, arguments))
     return rows, [(p, i, None) for p in sorted(shape) for i in range(shape[p])]
 
 
@@ -159,7 +161,7 @@ def _results_row(method: ResultsMethod, scores: tuple[int, ...]) -> Row:
         raise LeaderboardError(f"{where} ran {method.model!r}, which is not in the table of methods (lpes_harness.methods)")
     if entry.module != ROPE:
         entry, setting, sets = baseline_row(method.model, method.model_args, where)
-        return Row(method.name, entry, setting, scores, sets_parameters=sets)
+        return Row(method.name, entry, setting, scores, sets_parameters=sets, arguments=arguments_key(method.model_args))
     scaling = str(method.model_args.get("scaling", "position"))
     scales = method.scales or [1.0]
     return Row(method.name, None if method.is_plain else entry, rope_setting(scales, scaling), scores, scaling)
@@ -175,6 +177,23 @@ def baseline_row(model: str, args: Mapping[str, object], where: str) -> tuple[Me
     if not {p.name for p in entry.parameters} & set(args):
         return entry, "authors' defaults" + (f" (`{shown}`)" if shown else ""), False
     return entry, f"`{shown}`", True
+
+
+def model_args(text: str) -> dict[str, str]:
+    """``key=value,...`` (an lm-eval ``--model_args`` string) -> its pairs, values as written."""
+    return dict(pair.split("=", 1) for pair in text.split(",") if "=" in pair)
+
+
+def arguments_key(args: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """What a row set, beside where it ran (:data:`RUN_ARGS`), in one spelling: sorted, numbers as floats
+    (``5e-05`` and ``0.00005`` are one value), so a row and ``benchmarks/latency.py --setting`` compare."""
+    def spelled(value: object) -> str:
+        try:
+            return repr(float(value))
+        except (TypeError, ValueError):
+            return str(value).strip()
+
+    return tuple(sorted((str(key).strip(), spelled(value)) for key, value in args.items() if key not in RUN_ARGS))
 
 
 def rope_setting(scales: Sequence[float], scaling: str) -> str:

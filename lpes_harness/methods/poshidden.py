@@ -145,7 +145,11 @@ def _forward(state: _State):
         else:  # a prompt: its other queries attend as the plain model's, to the plain keys
             plain_query, plain_key = _query_key(self, hidden_states, cos, sin)
             output = attention.attend(self, plain_query, plain_key, value, attention_mask, **kwargs)
-            if bool(rows.any()):
+            # At factor 1 the scaled queries and keys are the plain ones (x * 1 == x exactly), so the answer
+            # rows' attention is already in ``output``. Computing it again for the sliced rows only rounds
+            # differently on some CPUs (AVX2's sdpa on a one-row slice: tiny models' logits 1.6e-7 apart),
+            # and factor 1 is the plain model bit for bit.
+            if bool(rows.any()) and state.factor != FACTOR.identity:
                 output = _with_answer_queries(self, output, rows, query, key, value, attention_mask, **kwargs)
         return self.o_proj(output.reshape(batch, q_len, -1).contiguous()), None
 
@@ -156,8 +160,8 @@ def _with_answer_queries(attn, output, rows, query, key, value, attention_mask, 
     """``output`` with the answer rows' attention from the scaled queries and keys. Only the columns from
     the batch's first answer row on are computed: on a prompt that is its last column, so a second
     attention over the whole square (what a prompt cost before) is a sliver of one."""
-    # The scaled queries were projected for every column and are sliced here: a projection of the slice
-    # alone rounds differently (another matmul kernel), and factor 1 must stay the plain model bit for bit.
+    # The scaled queries were projected for every column and are sliced here. Projecting the slice alone would
+    # save a tenth of a band layer's multiply-adds; not done, as the committed rows were scored this way.
     first = query_rows.first_answer_column(rows)
     visible = query_rows.visible_keys(attention_mask, rows.shape[1], key.shape[2], query.device)[..., first:, :]
     if attention_mask is None or attention_mask.dtype != torch.bool:
