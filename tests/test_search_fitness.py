@@ -176,6 +176,33 @@ def test_the_ranked_objective_gives_the_largest_weight_to_the_worst_off_role():
         assert combine(means, DEFAULT_WEIGHTS, "ranked") == pytest.approx(min(every))
 
 
+def test_one_score_reached_by_two_sums_is_one_fitness_and_the_ga_keeps_population_order_on_it():
+    """0.2 * 1 + 0.3 * 0.4 + 0.5 * 1 is 0.8200000000000001 as floats, 0.2 * 0.95 + 0.3 * 31 / 60 + 0.5 * 0.95
+    is 0.82: without rounding the GA's selection (deap's selBest), its fitter parent and the best-so-far
+    would rank them by their last bits, not by population order as documented."""
+    import random
+
+    from lpes_harness.search.condition_fitness import combine_conditions
+    from lpes_harness.search.genome import make_individual
+    from lpes_harness.search.operators import build_toolbox, fitter
+
+    first, second = {"begin": 1.0, "middle": 0.4, "end": 1.0}, {"begin": 0.95, "middle": 31 / 60, "end": 0.95}
+    assert 0.2 * 1.0 + 0.3 * 0.4 + 0.5 * 1.0 != 0.2 * 0.95 + 0.3 * (31 / 60) + 0.5 * 0.95  # the floats differ
+    assert combine(first, DEFAULT_WEIGHTS) == combine(second, DEFAULT_WEIGHTS) == 0.82
+    assert combine_conditions({"a": combine(first, DEFAULT_WEIGHTS), "b": 0.7, "c": 0.1}) == combine_conditions(
+        {"a": 0.1, "b": combine(second, DEFAULT_WEIGHTS), "c": 0.7})
+    spec = GenomeSpec(num_layers=8)
+    population = []
+    for index, means in enumerate((first, second, first, second)):
+        individual = make_individual([(0.0, 1.0 + index / 10), (7.0, 1.0)])
+        individual.fitness.values = (combine(means, DEFAULT_WEIGHTS),)
+        population.append(individual)
+    toolbox = build_toolbox(spec, random.Random(0), num_parents=2)
+    for order in (population, population[::-1]):
+        assert [id(i) for i in toolbox.select(order)] == [id(i) for i in order[:2]]  # ties keep population order
+        assert fitter(order) is order[0]
+
+
 def test_a_ranked_search_cannot_trade_one_position_away_for_another():
     lopsided = {"begin": 1.0, "middle": 0.30, "end": 1.0}  # what the ramp of issue #12 did: ends kept, middle lost
     even = {"begin": 0.75, "middle": 0.60, "end": 0.75}

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from lpes_harness.lmeval.position_scorer import max_sample_score
-from lpes_harness.search.fitness import ROLES, FitnessConfig, LMEvalFitness, combine, raced_groups
+from lpes_harness.search.fitness import FITNESS_DECIMALS, ROLES, FitnessConfig, LMEvalFitness, combine, raced_groups
 from lpes_harness.search.sample_order import HardestFirst
 
 CONDITION_OBJECTIVES = ("mean", "worst")
@@ -37,7 +37,7 @@ def combine_conditions(values: Mapping[str, float], objective: str = "mean") -> 
     if objective not in CONDITION_OBJECTIVES:
         raise ValueError(f"condition objective {objective!r} is not one of {', '.join(CONDITION_OBJECTIVES)}")
     values = list(values.values())
-    return min(values) if objective == "worst" else sum(values) / len(values)
+    return min(values) if objective == "worst" else round(sum(values) / len(values), FITNESS_DECIMALS)
 
 
 class ConditionsFitness:

@@ -42,16 +42,24 @@ from lpes_harness.search.sample_order import SAMPLE_ORDERS, HardestFirst
 ROLES = ("begin", "middle", "end")
 DEFAULT_WEIGHTS = {"begin": 0.2, "middle": 0.3, "end": 0.5}
 OBJECTIVES = ("weighted", "ranked")
+# Fitness is rounded to this many decimals: one score reached by two sums (0.2 + 0.3 * 0.4 + 0.5 against
+# 0.2 * 0.95 + 0.3 * 31 / 60 + 0.5 * 0.95) differs in its last bits, and a tie must go to the rule that
+# breaks ties (population order, the first found), not to rounding. 12 decimals: far below one sample's
+# weight (0.5 / 1,000 samples), far above a float sum's error.
+FITNESS_DECIMALS = 12
 
 
 def combine(means: Mapping[str, float], weights: Mapping[str, float], objective: str = "weighted") -> float:
     """The fitness of per-role mean scores: Σ λ_r·mean_r (``weighted``), or the weights sorted
-    from largest to smallest given to the means sorted from worst to best (``ranked``)."""
+    from largest to smallest given to the means sorted from worst to best (``ranked``); rounded to
+    :data:`FITNESS_DECIMALS`, so equal scores compare equal."""
     if objective == "ranked":
-        return sum(w * m for w, m in zip(sorted(weights.values(), reverse=True), sorted(means.values())))
-    if objective != "weighted":
+        total = sum(w * m for w, m in zip(sorted(weights.values(), reverse=True), sorted(means.values())))
+    elif objective == "weighted":
+        total = sum(weights[role] * mean for role, mean in means.items())
+    else:
         raise ValueError(f"fitness objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    return sum(weights[role] * mean for role, mean in means.items())
+    return round(total, FITNESS_DECIMALS)
 
 
 # ----------------------------------------------------------------------------- racing core
