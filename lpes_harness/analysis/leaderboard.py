@@ -279,10 +279,13 @@ def latency_where(board: Board, root: Path) -> str:
     if data.get("string_offset"):
         settings.append(f"STRING: `shifted_offset={data['string_offset']}`")
     refused = ", ".join(sorted(data.get("refused") or {}))
+    own = len(data.get("settings") or {})
     return (f"Latency ([{board.latency}](../{board.latency})): {board.latency_where}; {span} tokens, "
             f"{data.get('new_tokens', '?')} new tokens each, {data.get('dtype', 'float32')}, "
             f"{data.get('threads', '?')} threads, median of {data.get('repeats', '?')} repeats; each method at its "
             f"defaults but for these settings: {'; '.join(settings)}"
+            + (f"; a row that sets its method's parameters is timed at its own setting where `--setting` timed it "
+               f"({own} here), else marked \"at its defaults\"" if own else "")
             + (f". Not timed, as it refuses this model: {refused}." if refused else "."))
 
 
