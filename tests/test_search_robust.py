@@ -278,6 +278,36 @@ def test_estimate_prints_the_cost_or_the_budgets_plan_and_writes_nothing(tmp_pat
     assert refused.returncode == 2 and "--status --output DIR says what is left" in refused.stderr
 
 
+def test_an_auto_budget_is_20_minutes_or_600_samples_time_on_a_slower_cpu():
+    """An AMD EPYC of family 23 model 1 (AVX2 only) timed 4.74 s a sample: 20 minutes held the demo's table and
+    no search there ("give at least 33 min"). auto gives it 600 samples' time, what 20 minutes give at 2 s."""
+    import math
+
+    from lpes_harness.search.budget import BudgetTooSmall, auto_budget, parse_duration, plan
+
+    assert parse_duration("auto") == parse_duration(" AUTO ") == math.inf
+    assert auto_budget(1.9, 30.0) == 1200.0 and auto_budget(0.3, 20.0) == 1200.0
+    assert auto_budget(4.74, 28.0) == pytest.approx(28.0 + 600 * 4.74)
+    demo = dict(positions=5, search_samples=8, sweep_points=1, overhead_seconds=28.0, racing_saving=0.75,
+                initial="random", chunk_size=4, heldout_share=0.9, heldout_samples=30, lines=1)
+    with pytest.raises(BudgetTooSmall, match="but no search beside it; give at least"):
+        plan(1200.0, 4.74, **demo)
+    # The plan at that budget holds the table and as many search forwards as a 2 s CPU's 20 minutes.
+    slow, reference = plan(auto_budget(4.74, 28.0), 4.74, **demo), plan(1200.0, 2.0, **{**demo, "overhead_seconds": 0.0})
+    assert slow.heldout_samples == reference.heldout_samples == 30
+    assert abs(slow.expected_individuals - reference.expected_individuals) <= 1
+
+
+def test_estimate_with_an_auto_budget_prints_the_budget_it_chose_and_its_plan(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "model")
+    planned = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32", "--task",
+                   "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--profile", "cpu",
+                   "--no-progress", "--estimate", "--time-budget", "auto", "--output", str(tmp_path / "run")])
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "--time-budget auto: 20.0 min (at least 20;" in planned.stdout  # a tiny model is fast: the floor
+    assert "time budget 20.0 min at" in planned.stdout and not (tmp_path / "run").exists()
+
+
 def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_before_the_search(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
     done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
@@ -597,8 +627,8 @@ def test_make_demo_gives_20_minutes_to_an_avx512_cpu_without_native_bfloat16_and
     from lpes_harness.search.budget import demo_budget
 
     avx512_only = "processor : 0\nflags : fpu avx2 avx512f avx512dq avx512bw avx512_vnni\n"
-    assert demo_budget(cuda=False, cpuinfo=avx512_only) == "20m"
-    assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 fma\n") == "20m"
+    assert demo_budget(cuda=False, cpuinfo=avx512_only) == "auto"  # 20 minutes or more (below)
+    assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 fma\n") == "auto"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 avx512f avx512_bf16\n") == "10m"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n") == "5m"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 amx_bf16 amx_tile\n") == "5m"

@@ -72,13 +72,27 @@ DRAW_HEADROOM = 2
 # random draw's curve each, +22.0 to +30.0): 3 minutes ended in 149-161 s, as issue #46 aimed, but the search then
 # had 36-108 draw forwards and every seed kept the rising line it starts from (+17.3).
 DEMO_BUDGET_AMX, DEMO_BUDGET_FAST, DEMO_BUDGET_SLOW = "5m", "10m", "20m"
+# Other CPUs differ more than their flags say: an AMD EPYC of family 23 model 1 (AVX2 only) took 4.74 s a
+# sample, 2.5 times the AVX2-only CPU above, and 20 minutes held its held-out table but no search, so make demo
+# stopped with "give at least 33 min". There the budget is sized at start-up (AUTO): 20 minutes, or as many
+# samples' time as 20 minutes hold at 2 s a sample where this CPU is slower (the AVX2-only demo timed 1.46-2.36 s
+# a sample at start-up and found a per-layer curve on each of 3 seeds: results/demo_line_avx2).
+AUTO = "auto"
+AUTO_FLOOR_SECONDS, AUTO_SAMPLE_TIMES = 1200.0, 600
 
 
 def demo_budget(cuda: bool, cpuinfo: str | None = None) -> str:
-    """``make demo``'s ``--time-budget``: 10 minutes on a GPU or a CPU with avx512_bf16, 5 with AMX, else 20."""
+    """``make demo``'s ``--time-budget``: 10 minutes on a GPU or a CPU with avx512_bf16, 5 with AMX, else
+    ``auto`` (:func:`auto_budget`)."""
     if cuda:
         return DEMO_BUDGET_FAST
-    return {"AMX": DEMO_BUDGET_AMX, "avx512_bf16 without AMX": DEMO_BUDGET_FAST}.get(cpu_kind(cpuinfo), DEMO_BUDGET_SLOW)
+    return {"AMX": DEMO_BUDGET_AMX, "avx512_bf16 without AMX": DEMO_BUDGET_FAST}.get(cpu_kind(cpuinfo), AUTO)
+
+
+def auto_budget(seconds_per_sample: float, spent: float) -> float:
+    """``--time-budget auto`` in seconds, once a sample is timed: 20 minutes, or :data:`AUTO_SAMPLE_TIMES` samples'
+    time after the ``spent`` start-up where that is more, so a slow CPU gets the forwards a 2 s CPU gets in 20."""
+    return max(AUTO_FLOOR_SECONDS, spent + AUTO_SAMPLE_TIMES * seconds_per_sample)
 
 
 class BudgetTooSmall(ValueError):
@@ -86,11 +100,14 @@ class BudgetTooSmall(ValueError):
 
 
 def parse_duration(text) -> float:
-    """``600``, ``600s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds (> 0)."""
+    """``600``, ``600s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds (> 0); ``auto`` -> infinity, until the
+    start-up timing sets it (:func:`auto_budget`; a resume keeps the checkpoint's deadline)."""
     value = str(text).strip().lower()
+    if value == AUTO:
+        return math.inf
     parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", value)
     if not value or parts is None or not any(parts.groups()):
-        raise ValueError(f"--time-budget {text!r}: give a duration such as 600, 600s, 10m, 1.5h or 1h30m")
+        raise ValueError(f"--time-budget {text!r}: give a duration such as 600, 600s, 10m, 1.5h or 1h30m, or auto")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
     total = 3600 * hours + 60 * minutes + seconds
     if total <= 0:

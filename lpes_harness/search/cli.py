@@ -179,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write uniform.json: the best single factor of each kind the scaling has, tuned with the "
                           "search's fitness on at least the genetic search's forwards (robust profiles: on)")
     out.add_argument("--time-budget", default=None, metavar="DURATION",
-                     help="e.g. 10m or 1h: time the first forwards, then size the population, generations and the "
+                     help="e.g. 10m or 1h, or auto (20 min, or 600 samples' time where this CPU takes more than 2 s "
+                          "a sample: make demo's on CPUs without AMX or avx512_bf16): time the first forwards, then "
+                          "size the population, generations and the "
                           "held-out table so that the run ends within it (the table large enough for a +10-point "
                           "gain to reach p < 0.01, unless --heldout-samples or the config gives its size: 0 gives "
                           "the whole budget to the search), print the plan; refused before the search when it cannot be. "

@@ -4,9 +4,11 @@ deadline (:class:`~lpes_harness.search.callbacks.TimeLimitCallback`) applied to 
 
 from __future__ import annotations
 
+import math
 import time
 
-from lpes_harness.search.budget import HELDOUT_MARGIN, RACING_SAVING, RANDOM_DRAW_SAVING, BudgetTooSmall, plan
+from lpes_harness.search.budget import (AUTO_FLOOR_SECONDS, AUTO_SAMPLE_TIMES, HELDOUT_MARGIN, RACING_SAVING,
+                                        RANDOM_DRAW_SAVING, BudgetTooSmall, auto_budget, plan)
 from lpes_harness.search.callbacks import TimeLimitCallback
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import fail
@@ -108,6 +110,10 @@ def apply_budget(args, fitness, per_sample: float, spent: float) -> None:
     """--time-budget: size the search and its held-out table (lpes_harness.search.budget), or refuse."""
     positions = sum(fitness.sizes.values()) // args.num_samples
     share = heldout_share(fitness)
+    if math.isinf(args.time_budget_seconds):  # --time-budget auto
+        args.time_budget_seconds = auto_budget(per_sample, spent)
+        print(f"--time-budget auto: {args.time_budget_seconds / 60:.1f} min (at least {AUTO_FLOOR_SECONDS / 60:.0f}; "
+              f"{AUTO_SAMPLE_TIMES} samples at {per_sample:.2f} s after {spent:.0f} s of start-up)", flush=True)
     try:
         chosen = plan(args.time_budget_seconds, per_sample, positions=positions, search_samples=args.num_samples,
                       sweep_points=len(args.sweep_values) + len(args.base_sweep_values),
