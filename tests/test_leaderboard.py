@@ -242,8 +242,10 @@ def test_a_row_timed_at_its_own_setting_gets_that_ratio_and_not_its_methods_defa
                                                        "settings": settings}))
     latency = leaderboard.read_latency(tmp_path / "latency.json")
     assert latency.ratios == {"vanilla": 1.0, "Found in the Middle": 10.7}  # a setting is not its method's default
-    page = render([_board([source])], tmp_path)
+    page = render([_board([source], latency_command="time them")], tmp_path)
     assert "| 2.13x |" in _row_line(page, "FitM one copy")
+    # and the command that would time the other at its own setting, beside every method again
+    assert 'time them \\\n    --setting "fitm:spans_per_copy=5,temperature=5e-05,strength=0.5"\n```' in page
     assert "a row that sets its method's parameters is timed at its own setting where `--setting` timed it (1 here)" in page
     assert "10.70x at its defaults" in _row_line(page, "FitM other")
 

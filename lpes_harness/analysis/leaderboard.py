@@ -97,6 +97,21 @@ def latency_of(row: Row, latency: Latency) -> str:
     return f"{latency.ratios[label]:.2f}x" + (" at its defaults" if row.sets_parameters else "")
 
 
+def untimed_settings(rows: Sequence[Row], latency: Latency) -> list[str]:
+    """``benchmarks/latency.py --setting`` flags for the rows that set their method's parameters and were
+    timed only at the method's defaults (marked so on the page), one per setting."""
+    flags = []
+    for row in rows:
+        if not row.sets_parameters or row.entry is None:
+            continue
+        if (latency_label(row.entry.label, row.scaling), row.arguments) in latency.settings:
+            continue
+        flag = f'--setting "{row.entry.name}:{row.setting.strip("`")}"'
+        if flag not in flags:
+            flags.append(flag)
+    return flags
+
+
 def points(value: float) -> str:
     """A difference of accuracies in points, signed, with a true minus sign as the other tables print it."""
     return f"{value * 100:+.1f}".replace("-", "−")
@@ -255,8 +270,13 @@ def render(boards: Sequence[Board] = BOARDS, root: Path = Path(".")) -> str:
         total = table.per_position * len(table.positions)
         lines += [f"## {board.model}", "", f"{board.about} {table.per_position} samples at each of "
                   f"{len(table.positions)} gold positions ({', '.join(f'{p} %' for p in table.positions)}): "
-                  f"{total:,} paired samples.", "", latency_where(board, root), "",
-                  *board_lines(board, table.rows, latency), ""]
+                  f"{total:,} paired samples.", "", latency_where(board, root), ""]
+        flags = untimed_settings(table.rows, latency)
+        if flags and board.latency_command:
+            lines += ["The rows marked \"at its defaults\" were timed at their method's defaults, not at their own "
+                      "parameters. This command times every method again and each of those rows at its own setting:", "",
+                      "```bash", board.latency_command + "".join(f" \\\n    {flag}" for flag in flags), "```", ""]
+        lines += [*board_lines(board, table.rows, latency), ""]
         missing = missing_lines(board, table.rows)
         if missing:
             lines += ["**Methods of the table with no row here, or without their authors' or tuned row:**", "",

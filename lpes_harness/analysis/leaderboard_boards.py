@@ -42,6 +42,7 @@ class Board:
     refused: Mapping[str, str] = field(default_factory=dict)
     latency: str = ""
     latency_where: str = ""
+    latency_command: str = ""  # what wrote ``latency``, to which the page adds a --setting for each row timed at its defaults
 
 
 _SMOLLM2_SAMPLES = ("--num-samples 200 --metadata '{\"seed\": 20261123}' --dtype bfloat16 \\\n"
@@ -81,6 +82,11 @@ BOARDS = (
         latency="results/leaderboard_smollm2/latency.json",
         latency_where="SmolLM2-135M-Instruct on a 2-core Intel Xeon (family 6 model 85: AVX-512 without AVX512-BF16, no AMX), "
                       "nothing else running, every method in one run ([its README](../results/leaderboard_smollm2/README.md))",
+        latency_command="python benchmarks/latency.py --samples 1 --repeats 10 --new-tokens 16 --threads 2 \\\n"
+                        "    --lpes-scales results/smollm2_multi_needle_bf16_seed3/scales.json --moice-gates "
+                        "results/moice/smollm2.gates.pt \\\n"
+                        "    --poshidden-setting results/poshidden/smollm2_multi_needle.json "
+                        "--json results/leaderboard_smollm2/latency.json",
     ),
     Board(
         model="Gemma-3-270M",
@@ -122,6 +128,8 @@ BOARDS = (
         latency="results/leaderboard_gemma3/latency.json",
         latency_where=f"Gemma-3-270M on {_CPU}, not on the H200 that scored the rows "
                       "([its README](../results/leaderboard_gemma3/README.md))",
+        latency_command="python benchmarks/latency.py --pretrained gemma3-270m --samples 1 --repeats 10 --new-tokens 16 "
+                        "--threads 2 \\\n    --json results/leaderboard_gemma3/latency.json",
     ),
 )
 
