@@ -37,9 +37,10 @@ $(VENV)/.installed: pyproject.toml
 # row on the same held-out samples (results/demo/vs_reference/; vanilla's and the demo's scores are
 # reused). DEMO_BUDGET: 5 min with AMX (a sample in 0.27-0.42 s in bfloat16; 3 min ended in 150-160 s but left
 # the search no time to beat its rising line: results/demo_line_amx), 10 min on a GPU or a CPU with
-# AVX512-BF16 (a sample in 0.9-1.25 s in float32 or bfloat16), else 20 min (float32 runs a sample in
-# ~1.9 s on AVX2 only and 1.5-1.8 s on an AVX-512 Xeon without AVX512-BF16, where 10 min held the table
-# but no search); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
+# AVX512-BF16 (a sample in 0.9-1.25 s in float32 or bfloat16), else auto: 20 min, or 600 samples' time where a
+# sample takes more than 2 s (float32 runs a sample in ~1.9 s on one AVX2-only EPYC and 1.5-1.8 s on an AVX-512
+# Xeon without AVX512-BF16, where 10 min held the table but no search; 4.7-5.8 s on a family-23 EPYC, AVX2 only,
+# where 20 min did too); timings by CPU kind in docs/results.md#make-demo. DEMO_SEED is the search's seed (lpes-search --seed).
 DEMO_BUDGET ?= $$($(BIN)/python -c 'import torch; from lpes_harness.search.budget import demo_budget; print(demo_budget(torch.cuda.is_available()))')
 DEMO_SEED ?= 0
 # DEMO_DTYPE: the search's and the reference row's --dtype (auto: bfloat16 where this CPU runs it faster,
