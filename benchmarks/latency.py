@@ -320,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
                 refused[name] = str(err)
                 print(f"{name}: not timed, it refuses this model: {err}", file=sys.stderr)
                 continue
+            except TypeError as err:  # a --setting argument its method does not take (a typo), before any timing
+                if name not in settings:
+                    raise
+                parser.error(f"--setting {name!r}: {err}")
             time_generation(model, next_logits, inputs[0][:, :64], 2)
             remove()
         chosen = [name for name in chosen if name not in refused]

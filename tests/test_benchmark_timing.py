@@ -76,6 +76,10 @@ def test_a_setting_is_timed_under_its_own_name_and_bad_ones_are_refused_before_t
     tiny_model("llama").save_pretrained(tmp_path / "llama")
     tiny_tokenizer().save_pretrained(tmp_path / "llama")
     out = tmp_path / "latency.json"
+    with pytest.raises(SystemExit):  # a misspelt argument: named, once the model is loaded, before any timing
+        latency.main(["--pretrained", str(tmp_path / "llama"), "--samples", "1", "--num-docs", "1", "--repeats", "10",
+                      "--methods", "vanilla", "--setting", "buckets:basis=1.0;2.0", "--json", str(out)])
+    assert "--setting 'Buckets (basis=1.0;2.0)':" in capsys.readouterr().err and not out.exists()
     assert latency.main(["--pretrained", str(tmp_path / "llama"), "--samples", "1", "--num-docs", "1", "--repeats", "10",
                          "--new-tokens", "1", "--methods", "vanilla,Buckets", "--setting", "buckets:bases=1.0;2.0",
                          "--json", str(out)]) == 0

@@ -63,16 +63,21 @@ class Latency:
     ratios: Mapping[str, float] = field(default_factory=dict)
     settings: Mapping[tuple[str, tuple], float] = field(default_factory=dict)
 
+    def at_own_setting(self, row: Row) -> float | None:
+        """The row's ratio where ``--setting`` timed its method as the row ran it, else None."""
+        if not row.sets_parameters or row.entry is None:
+            return None
+        return self.settings.get((latency_label(row.entry.label, row.scaling), row.arguments))
+
 
 def read_latency(path: Path) -> Latency:
     """A ``benchmarks/latency.py --json`` file's ratios to vanilla (:class:`Latency`)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         ratios = {label: ratio_of(measured) for label, measured in data["summary"].items()}
-        settings = {(ran["method"], arguments_key(model_args(ran["args"]))): ratios[name]
-                    for name, ran in (data.get("settings") or {}).items()}
-        return Latency({label: ratio for label, ratio in ratios.items() if label not in data.get("settings", {})},
-                       settings)
+        timed = data.get("settings") or {}
+        settings = {(ran["method"], arguments_key(model_args(ran["args"]))): ratios[name] for name, ran in timed.items()}
+        return Latency({label: ratio for label, ratio in ratios.items() if label not in timed}, settings)
     except FileNotFoundError:
         raise LeaderboardError(f"latency file {str(path)!r} does not exist; give benchmarks/latency.py's --json file") from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
@@ -90,8 +95,9 @@ def latency_of(row: Row, latency: Latency) -> str:
     """The measured ratio of the row's method: at the row's own setting where latency.py timed it (``--setting``),
     else at the method's defaults (so a row with other parameters, fewer Buckets bases, is marked)."""
     label = "vanilla" if row.entry is None else latency_label(row.entry.label, row.scaling)
-    if row.sets_parameters and (label, row.arguments) in latency.settings:
-        return f"{latency.settings[label, row.arguments]:.2f}x"
+    own = latency.at_own_setting(row)
+    if own is not None:
+        return f"{own:.2f}x"
     if label not in latency.ratios:
         return "not measured"
     return f"{latency.ratios[label]:.2f}x" + (" at its defaults" if row.sets_parameters else "")
@@ -102,9 +108,7 @@ def untimed_settings(rows: Sequence[Row], latency: Latency) -> list[str]:
     timed only at the method's defaults (marked so on the page), one per setting."""
     flags = []
     for row in rows:
-        if not row.sets_parameters or row.entry is None:
-            continue
-        if (latency_label(row.entry.label, row.scaling), row.arguments) in latency.settings:
+        if not row.sets_parameters or row.entry is None or latency.at_own_setting(row) is not None:
             continue
         flag = f'--setting "{row.entry.name}:{row.setting.strip("`")}"'
         if flag not in flags:
