@@ -48,10 +48,10 @@ def parse_args(argv):
 
 def mmlu_requests(subject: str, questions: int) -> list:
     """lm-eval's loglikelihood instances for the first ``questions`` questions of the subject."""
-    from lm_eval.tasks import TaskManager
+    from lpes_harness.lmeval.tasks import load_task
 
     name = f"mmlu_continuation_local_{subject}"
-    task = TaskManager().load([name])["tasks"][name]
+    task = load_task(name)
     task.build_all_requests(limit=questions, rank=0, world_size=1)
     return list(task.instances)
 

@@ -59,9 +59,9 @@ def parse_args(argv):
 def task_requests(name: str, documents: int | None, questions: int | None) -> list:
     """lm-eval's generate_until instances for the first ``questions`` questions of the first ``documents``
     texts (None: all of them)."""
-    from lm_eval.tasks import TaskManager
+    from lpes_harness.lmeval.tasks import load_task
 
-    task = TaskManager().load([name])["tasks"][name]
+    task = load_task(name)
     if task.OUTPUT_TYPE != "generate_until":
         raise ValueError(f"--task {name}: its requests are {task.OUTPUT_TYPE}, not generate_until")
     task.build_all_requests(rank=0, world_size=1)

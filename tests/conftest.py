@@ -85,3 +85,12 @@ def converted_bundled_model() -> str:
     folder, gguf_file = loadable(bundled_model_dir(), BUNDLED_GGUF)
     assert gguf_file is None, "the GGUF cache did not convert the bundled model"
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_with_the_bundled_tokenizer(tmp_path_factory) -> str:
+    """A tiny random Llama behind SmolLM2's tokenizer and chat template (tiny_models): a benchmark's
+    commands run on real tasks' prompts, tokenized as the bundled model does, in seconds."""
+    from tiny_models import save_tiny_checkpoint_with_tokenizer
+
+    return save_tiny_checkpoint_with_tokenizer(tmp_path_factory.mktemp("tiny_bundled_tokenizer"), converted_bundled_model())

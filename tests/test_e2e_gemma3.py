@@ -1,8 +1,8 @@
 """End to end on the real Gemma-3-270M (the [gemma] extra): `lm_eval` -> `lpes_hf pretrained=gemma3-270m`.
 
 The second real model, and the one whose layers mix sliding-window and full attention: the
-short name loads it through transformers' GGUF loader, and all scales 1 give vanilla's answers
-exactly while a per-layer curve changes the model.
+short name loads it through transformers' GGUF loader, `lm_eval` runs it with a per-layer curve, and
+all scales 1 give the plain model's numbers exactly while that curve changes them.
 """
 
 import json
@@ -16,6 +16,9 @@ pytestmark = pytest.mark.slow
 METADATA = '{"num_sentences": 12, "num_samples": 3}'
 
 
+CURVE = [0.5] * 9 + [3.0] * 9
+
+
 def lm_eval(model_args, out_dir):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     command = [sys.executable, "-m", "lm_eval", "--model", "lpes_hf", "--model_args", model_args,
@@ -24,7 +27,8 @@ def lm_eval(model_args, out_dir):
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     samples = next(out_dir.rglob("samples_needle_pos50_*.jsonl")).read_text().splitlines()
-    return [json.loads(line)["resps"][0][0] for line in samples]
+    results = json.loads(next(out_dir.rglob("results_*.json")).read_text())
+    return [json.loads(line)["resps"][0][0] for line in samples], results
 
 
 def _needs_gemma() -> None:
@@ -33,15 +37,19 @@ def _needs_gemma() -> None:
 
 
 def test_gemma3_by_its_short_name_through_lm_eval(tmp_path):
+    # One run, with a per-layer curve (the first load converts the GGUF); that the curve changes the
+    # model and all ones does not is the next test's, in this process (each `lm_eval` run costs a minute
+    # or more on a slow CPU: most of it indexing lm-eval's tasks and loading the model).
     _needs_gemma()
-    vanilla = lm_eval("pretrained=gemma3-270m", tmp_path / "vanilla")  # the first load converts the GGUF
-    curve = lm_eval("pretrained=gemma3-270m,scales=" + ";".join(["0.5"] * 9 + ["3.0"] * 9), tmp_path / "curve")
-    assert len(vanilla) == 3 and curve != vanilla
+    answers, results = lm_eval("pretrained=gemma3-270m,scales=" + ";".join(map(str, CURVE)), tmp_path / "curve")
+    assert len(answers) == 3 and all(isinstance(answer, str) for answer in answers)
+    assert results["config"]["lpes_scales"] == CURVE
 
 
-def test_gemma3_at_all_scales_one_gives_its_logits_bit_for_bit():
-    # In this process on the folder the test above converted (a third `lm_eval` run would cost ~30 s):
-    # both layer types, each with its own RoPE base, over a prompt longer than the 512-token window.
+def test_gemma3_at_all_scales_one_gives_its_hidden_states_bit_for_bit_and_a_curve_changes_them():
+    # In this process on the folder the test above converted: both layer types, each with its own RoPE
+    # base, over a prompt longer than the 512-token window. The decoder's output, not the logits: they
+    # are its projection, and projecting every position onto 262k tokens would double each forward.
     _needs_gemma()
     import torch
 
@@ -51,9 +59,17 @@ def test_gemma3_at_all_scales_one_gives_its_logits_bit_for_bit():
     model, tokenizer = load_causal_lm("gemma3-270m")
     ids = tokenizer("The river runs past the old mill. " * 80, return_tensors="pt").input_ids
     assert ids.shape[1] > model.config.sliding_window
-    with torch.no_grad():
-        plain = model(ids).logits
-        for scaling in ("position", "base"):
-            rope.install(model, [1.0] * model.config.num_hidden_layers, scaling=scaling)
-            assert torch.equal(model(ids).logits, plain), scaling
-            rope.remove(model)
+
+    def decoded():
+        with torch.no_grad():
+            return model.model(ids).last_hidden_state
+
+    plain = decoded()
+    for scaling in ("position", "base"):
+        rope.install(model, [1.0] * model.config.num_hidden_layers, scaling=scaling)
+        assert torch.equal(decoded(), plain), scaling
+        rope.remove(model)
+    rope.install(model, CURVE)
+    assert (decoded() - plain).abs().max() > 0.1
+    rope.remove(model)
+    assert torch.equal(decoded(), plain)

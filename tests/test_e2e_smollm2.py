@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+from conftest import converted_bundled_model
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,9 @@ LM_EVAL = [sys.executable, "-m", "lm_eval"]
 
 
 def test_lpes_hf_scale_one_equals_hf_and_scale_two_differs(task_dir, tmp_path):
-    hf_args = f"pretrained={bundled_model_dir()},gguf_file={BUNDLED_GGUF}"
+    # Plain `hf` on the folder the GGUF cache converts the bundled GGUF into (its logits bit for bit:
+    # tests/test_gguf_cache.py), where `hf` on the GGUF would dequantize it again (a minute on a slow CPU).
+    hf_args = f"pretrained={converted_bundled_model()}"
     vanilla, _ = run_cli(LM_EVAL, "hf", hf_args, task_dir, tmp_path / "hf")
     identity, identity_results = run_cli(LM_EVAL, "lpes_hf", "scales=1.0", task_dir, tmp_path / "lpes1")
     assert identity == vanilla, "scales=1.0 must reproduce the plain model's log-likelihoods exactly"

@@ -91,6 +91,27 @@ def save_tiny_checkpoint(path, arch: str = "llama", seed: int = 0):
     return str(path)
 
 
+def save_tiny_checkpoint_with_tokenizer(path, tokenizer_folder, seed: int = 0, logit_scale: float = 60.0):
+    """A tiny Llama (2 layers) behind a real model's tokenizer and chat template, saved where HFLM loads it:
+    prompts of a real task tokenize as on that model, and a forward over thousands of them takes
+    milliseconds, for tests of commands whose cost is the real model's forwards.
+
+    Its output layer is scaled by ``logit_scale`` (random init gives logits of std ~0.2 over ~50k tokens,
+    where greedy decoding would turn on gaps of float rounding; scaled, the top two are far apart)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    model = tiny_model("llama", seed=seed, num_hidden_layers=2, vocab_size=len(tokenizer), max_position_embeddings=8192)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    model.config.bos_token_id, model.config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 # ----------------------------------------------------------------------------- other families
 
 # What every family's tiny config gets (a row's overrides win): the sizes above, and special
