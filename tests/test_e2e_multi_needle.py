@@ -11,9 +11,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, converted_bundled_model
 
-from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
 from lpes_harness.tasks.multi_needle import MULTI_NEEDLE
 
 pytestmark = pytest.mark.slow
@@ -40,7 +39,8 @@ def test_lm_eval_lpes_hf_on_multi_needle_sees_the_searchs_prompts(tmp_path):
 
     from lpes_harness.lmeval.position_scorer import PositionScorer
 
-    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir(), gguf_file=BUNDLED_GGUF)
+    # the converted folder's tokenizer, the GGUF's (tests/test_gguf_cache.py), without parsing the GGUF again
+    tokenizer = AutoTokenizer.from_pretrained(converted_bundled_model())
 
     def apply_chat_template(history, add_generation_prompt=True):  # what HFLM.apply_chat_template does
         return tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=add_generation_prompt,
