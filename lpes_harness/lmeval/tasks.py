@@ -230,9 +230,9 @@ def load_task(name: str):
     """lm-eval's task ``name`` (a ConfigurableTask), from this repository's ``tasks/`` when it is one of
     ours, else from everything lm-eval knows. KeyError names an unknown task.
 
-    Indexing lm-eval's ~15,000 task files takes 18 s on a 2-core AVX2 CPU, 0.2 s for our ~220: a
-    command that loads one of ours (an L-Eval or MMLU subset, a position task) should not pay for the
-    rest before it can even say that the task is wrong."""
+    Indexing lm-eval's ~15,000 task files takes 17 s on a 2-core AVX2 CPU, 0.2 s for our ~220
+    (``benchmarks/model_load.py``): a command that loads one of ours (an L-Eval or MMLU subset, a
+    position task) should not pay for the rest before it can even say that the task is wrong."""
     from lm_eval.tasks import TaskManager
 
     ours = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
