@@ -111,7 +111,35 @@ def parse_setting(text: str) -> tuple[str, str, dict]:
     if not sep or not args or label not in SETTABLE:
         raise ValueError(f"--setting {text!r}: give METHOD:KEY=VALUE,... with METHOD one of "
                          f"{', '.join(sorted(SETTABLE))} (or its key in the table of methods)")
-    return f"{label} ({args})", label, simple_parse_args_string(args)
+    arguments = simple_parse_args_string(args)
+    check_setting(label, arguments)
+    return f"{label} ({args})", label, arguments
+
+
+def check_setting(label: str, arguments: dict) -> None:
+    """A ``--setting``'s arguments checked as its lm-eval model checks ``--model_args``, before the model loads
+    (ValueError): a name its method does not take, and a value its ``check_arguments`` refuses. Else a typo would
+    show as a TypeError at install, and a bad value as the method refusing the model."""
+    import inspect
+
+    from lpes_harness.methods import METHODS as TABLE
+    from lpes_harness.methods import poshidden
+    from lpes_harness.rope_anatomy import LPESError
+
+    module = next(entry for entry in TABLE.values() if entry.label == label).load()
+    # Positional hidden-state scaling takes its setting file too: resolve_arguments names and checks all four.
+    takes = poshidden.resolve_arguments if module is poshidden else module.install
+    names = [name for name in inspect.signature(takes).parameters if name != "model"]
+    unknown = sorted(set(arguments) - set(names))
+    if unknown:
+        raise ValueError(f"--setting {label!r}: {label} takes no {', '.join(unknown)}; its arguments: {', '.join(names)}")
+    check = takes if module is poshidden else getattr(module, "check_arguments", None)
+    if check is not None:
+        checked = inspect.signature(check).parameters
+        try:
+            check(**{name: value for name, value in arguments.items() if name in checked})
+        except LPESError as err:  # MethodError and the checks it shares with LPES
+            raise ValueError(f"--setting {label!r}: {err}") from None
 
 
 def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshidden_setting: str | None,
@@ -320,10 +348,6 @@ def main(argv: list[str] | None = None) -> int:
                 refused[name] = str(err)
                 print(f"{name}: not timed, it refuses this model: {err}", file=sys.stderr)
                 continue
-            except TypeError as err:  # a --setting argument its method does not take (a typo), before any timing
-                if name not in settings:
-                    raise
-                parser.error(f"--setting {name!r}: {err}")
             time_generation(model, next_logits, inputs[0][:, :64], 2)
             remove()
         chosen = [name for name in chosen if name not in refused]

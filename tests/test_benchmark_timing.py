@@ -73,13 +73,18 @@ def test_a_setting_is_timed_under_its_own_name_and_bad_ones_are_refused_before_t
         with pytest.raises(SystemExit):
             latency.main(["--pretrained", "no-such-model", "--setting", bad])
         assert f"--setting {bad!r}: give METHOD:KEY=VALUE" in capsys.readouterr().err
+    # A misspelt name, and a value the method's own check refuses: named before the model loads (no such model
+    # here), not a TypeError at install, nor "refuses this model".
+    for bad, says in (("buckets:basis=1.0;2.0", "--setting 'Buckets': Buckets takes no basis; its arguments: bases"),
+                      ("poshidden:factr=0", "takes no factr; its arguments: setting, channels, factor, layers"),
+                      ("string:shifted_offset=32,local_window=64", "shifted_offset=32 is below local_window=64"),
+                      ("mspoe:min_ratio=x", "--setting 'Ms-PoE': mspoe_hf: min_ratio='x' is not a number")):
+        with pytest.raises(SystemExit):
+            latency.main(["--pretrained", "no-such-model", "--setting", bad])
+        assert says in capsys.readouterr().err
     tiny_model("llama").save_pretrained(tmp_path / "llama")
     tiny_tokenizer().save_pretrained(tmp_path / "llama")
     out = tmp_path / "latency.json"
-    with pytest.raises(SystemExit):  # a misspelt argument: named, once the model is loaded, before any timing
-        latency.main(["--pretrained", str(tmp_path / "llama"), "--samples", "1", "--num-docs", "1", "--repeats", "10",
-                      "--methods", "vanilla", "--setting", "buckets:basis=1.0;2.0", "--json", str(out)])
-    assert "--setting 'Buckets (basis=1.0;2.0)':" in capsys.readouterr().err and not out.exists()
     assert latency.main(["--pretrained", str(tmp_path / "llama"), "--samples", "1", "--num-docs", "1", "--repeats", "10",
                          "--new-tokens", "1", "--methods", "vanilla,Buckets", "--setting", "buckets:bases=1.0;2.0",
                          "--json", str(out)]) == 0

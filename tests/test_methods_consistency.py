@@ -226,6 +226,9 @@ def test_bad_arguments_fail_before_the_model_loads(tmp_path):
     missing = str(tmp_path / "no_model_here")
     with pytest.raises(MethodError, match=r"min_ratio=2, max_ratio=1\.5"):
         MsPoELM(pretrained=missing, min_ratio=2.0, max_ratio=1.5)
+    for value, says in (("x", "is not a number"), ("nan", "is not allowed"), ("0", "is out of range")):
+        with pytest.raises(MethodError, match=f"mspoe_hf: min_ratio='{value}' {says}"):
+            MsPoELM(pretrained=missing, min_ratio=value)
     with pytest.raises(MethodError, match="head_mapping='inverse' is not one of rank, reference"):
         MsPoELM(pretrained=missing, head_mapping="inverse")
     with pytest.raises(MethodError, match="bases='1;x' is not understood"):
@@ -247,6 +250,10 @@ def test_bad_layers_and_top_k_name_what_is_accepted():
         mspoe.install(tiny_model("llama"), layers="two")
     with pytest.raises(MethodError, match=r"top_k=9 is out of range; give 1\.\.7"):
         moice.install(tiny_model("llama"), top_k=9)
+    for value, says in ((2.5, "top_k=2.5 is not allowed"), ("inf", "top_k='inf' is not allowed"),
+                        (0, "top_k=0 is out of range"), ("x", "top_k='x' is not a number")):
+        with pytest.raises(MethodError, match=f"moice_hf: {says}"):
+            moice.check_arguments(top_k=value)
 
 
 def test_gates_for_another_model_are_refused(tmp_path):

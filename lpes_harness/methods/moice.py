@@ -53,6 +53,7 @@ from lpes_harness.methods.state import MethodState, Slot
 ENTRY = METHODS["moice"]
 # The authors' base set (training/train.sh) relative to Llama 2's theta = 10000.
 DEFAULT_RELATIVE_BASES = ENTRY.parameter("bases").default
+TOP_K = ENTRY.parameter("top_k")
 GATES_FORMAT = "lpes-moice-gates/1"
 ROUTER_ATTR = "moice_router"
 
@@ -178,8 +179,8 @@ def install(
     n_experts = len(absolute)
     if top_k is None:
         top_k = saved["top_k"] if saved is not None else n_experts
-    top_k = int(top_k)
-    if not 1 <= top_k <= n_experts:
+    top_k = TOP_K.check(top_k, ENTRY.lm_eval)
+    if top_k > n_experts:
         raise MethodError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
     inv_freq = torch.stack([rope_math.inv_freq_for_base(ropes[0].inv_freq, theta, b) for b in absolute])
     state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts))
@@ -221,11 +222,8 @@ def check_arguments(gates: str | None = None, bases: Any = None, absolute_bases:
         arguments.parse_float_list("bases", bases)
     if gates is not None:
         read_gates(gates)
-    if top_k is not None:
-        try:
-            int(top_k)
-        except ValueError:
-            raise MethodError(f"top_k={top_k!r} is not a whole number") from None
+    if top_k is not None:  # a whole number >= 1 (2.5 is refused, not cut to 2); its upper end needs the bases
+        TOP_K.check(top_k, ENTRY.lm_eval)
 
 
 def settings(model: nn.Module) -> dict:

@@ -202,8 +202,9 @@ def settings(model: nn.Module) -> dict:
 def check_arguments(min_ratio: Any = MIN_RATIO.default, max_ratio: Any = MAX_RATIO.default, layers: Any = None,
                     head_mapping: str = "rank", head_order: str = "outlier") -> None:
     """What install checks that needs no model (``mspoe_hf`` runs it before the model loads)."""
-    min_ratio, max_ratio = float(min_ratio), float(max_ratio)
-    if not (0 < min_ratio <= max_ratio):
+    # A one-line MethodError for a value that is not a positive number (not float()'s traceback from lm_eval).
+    min_ratio, max_ratio = MIN_RATIO.check(min_ratio, ENTRY.lm_eval), MAX_RATIO.check(max_ratio, ENTRY.lm_eval)
+    if not min_ratio <= max_ratio:
         raise MethodError(
             f"min_ratio={min_ratio:g}, max_ratio={max_ratio:g}: need 0 < min_ratio <= max_ratio (the paper: 1.2 and 1.8)"
         )
