@@ -78,7 +78,9 @@ def test_a_setting_is_timed_under_its_own_name_and_bad_ones_are_refused_before_t
     for bad, says in (("buckets:basis=1.0;2.0", "--setting 'Buckets': Buckets takes no basis; its arguments: bases"),
                       ("poshidden:factr=0", "takes no factr; its arguments: setting, channels, factor, layers"),
                       ("string:shifted_offset=32,local_window=64", "shifted_offset=32 is below local_window=64"),
-                      ("mspoe:min_ratio=x", "--setting 'Ms-PoE': mspoe_hf: min_ratio='x' is not a number")):
+                      ("mspoe:min_ratio=x", "--setting 'Ms-PoE': mspoe_hf: min_ratio='x' is not a number"),
+                      ("fitm:spans_per_copy=0",
+                       "--setting 'Found in the Middle': fitm_hf: spans_per_copy=0 is out of range")):
         with pytest.raises(SystemExit):
             latency.main(["--pretrained", "no-such-model", "--setting", bad])
         assert says in capsys.readouterr().err

@@ -142,8 +142,8 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
                  region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, spans_per_copy: Any = 1,
                  gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
-        strength, temperature, num_spans, region = fitm.check_arguments(strength, temperature, num_spans, region)
-        spans_per_copy = fitm.SPANS_PER_COPY.check(spans_per_copy, fitm.NAME)
+        strength, temperature, num_spans, region, spans_per_copy = fitm.check_arguments(
+            strength, temperature, num_spans, region, spans_per_copy)
         if not str(dummy).strip():  # all checked before the (slow) model load
             raise MethodError(f"fitm_hf: dummy={dummy!r} is empty; give the dummy span's text")
         super().__init__(**model_args, **kwargs)

@@ -269,8 +269,8 @@ def install(model: nn.Module, strength: float = 1.0, temperature: float = 5e-5, 
             layers: Any = None, dummy_ids: list[int] | None = None, spans_per_copy: int = 1) -> nn.Module:
     """Calibrate the attention of ``layers`` (default: the last half). ``dummy_ids``: the dummy span's tokens."""
     SLOT.free(model)
-    strength, temperature, num_spans, region = check_arguments(strength, temperature, num_spans, region)
-    spans_per_copy = SPANS_PER_COPY.check(spans_per_copy, NAME)
+    strength, temperature, num_spans, region, spans_per_copy = check_arguments(strength, temperature, num_spans,
+                                                                               region, spans_per_copy)
     if not dummy_ids:
         raise MethodError(f"{NAME}: dummy_ids is empty; give the dummy span's token ids (fitm_hf tokenizes DUMMY_TEXT)")
     attention.check_attention_implementation(model, NAME)
@@ -288,8 +288,10 @@ remove = SLOT.remove  # takes every change off: the model as it was
 get_state = SLOT.get
 
 
-def check_arguments(strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10, region: Any = None):
-    """``(strength, temperature, num_spans, region)`` checked, as numbers (``fitm_hf`` runs it before the model loads)."""
+def check_arguments(strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10, region: Any = None,
+                    spans_per_copy: Any = 1):
+    """``(strength, temperature, num_spans, region, spans_per_copy)`` checked, as numbers (``fitm_hf`` and
+    ``benchmarks/latency.py --setting`` run it before the model loads)."""
     strength, temperature = STRENGTH.check(strength, NAME), TEMPERATURE.check(temperature, NAME)
-    num_spans = NUM_SPANS.check(num_spans, NAME)
-    return strength, temperature, num_spans, DEFAULT_REGION if region is None else parse_region(region)
+    num_spans, spans_per_copy = NUM_SPANS.check(num_spans, NAME), SPANS_PER_COPY.check(spans_per_copy, NAME)
+    return strength, temperature, num_spans, DEFAULT_REGION if region is None else parse_region(region), spans_per_copy
