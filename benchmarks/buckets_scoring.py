@@ -29,16 +29,14 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, model_flags, parse_flags, timed  # this folder: on sys.path when run as a script
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("full logits", "answer logits", "vanilla")
 
 
 FLAGS = (  # flag, type, default, help
-    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
-    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
-    ("--dtype", str, "bfloat16", "model dtype"),
+    *model_flags("bfloat16"),
     ("--samples", int, 10, "samples in all, spread over the five gold positions"),
     ("--repeats", int, 2, "interleaved repeats of the three paths"),
     *RUN_FLAGS,

@@ -25,15 +25,13 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, model_flags, parse_flags, timed  # this folder: on sys.path when run as a script
 
 METHODS = ("full logits", "answer logits")
 
 FLAGS = (  # flag, type, default, help
-    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF; gemma3-270m for the 262k vocabulary)"),
+    *model_flags("bfloat16", "model (default: the bundled SmolLM2 GGUF; gemma3-270m for the 262k vocabulary)"),
     ("--scales", str, None, "lpes_hf scales (a file or a number); default none (vanilla)"),
-    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
-    ("--dtype", str, "bfloat16", "model dtype"),
     ("--subject", str, "high_school_physics", "MMLU subject (continuation form)"),
     ("--questions", int, 40, "questions of that subject (4 requests each)"),
     ("--batch-size", str, "16", "lpes_hf batch_size"),

@@ -33,15 +33,14 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, DecoderTokens, parse_flags, timed  # this folder: on sys.path when run as a script
+# this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, DecoderTokens, model_flags, parse_flags, timed
 
 METHODS = ("each whole", "shared prefixes")
 
 FLAGS = (  # flag, type, default, help
-    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
+    *model_flags("float32"),
     ("--scales", str, None, "lpes_hf scales (a file or a number); default none (vanilla)"),
-    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
-    ("--dtype", str, "float32", "model dtype"),
     ("--task", str, "leval_tpo", "a generate_until task (L-Eval: leval_coursera, leval_quality, leval_tpo, leval_sci_fi)"),
     ("--documents", int, 2, "the task's first texts"),
     ("--questions", int, 4, "the first questions of each text (SFiction asks each twice: with the text and without)"),

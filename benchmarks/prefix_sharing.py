@@ -28,18 +28,17 @@ from pathlib import Path
 
 import torch
 
-from side_by_side import RUN_FLAGS, DecoderTokens, parse_flags, timed  # this folder: on sys.path when run as a script
+# this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, DecoderTokens, model_flags, parse_flags, timed
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("each alone", "shared")
 REFERENCE = "results/smollm2_multi_needle_reference/scales.json"  # from the repository's root
 
 FLAGS = (  # flag, type, default, help
-    ("--pretrained", str, None, "model (default: the bundled SmolLM2 GGUF)"),
+    *model_flags("float32"),
     ("--scales", str, None, "lpes_hf scales (default: the committed reference curve, for the bundled model run from "
                             "the repository root; else 1)"),
-    ("--device", str, None, "cpu or cuda (default: cuda when present)"),
-    ("--dtype", str, "float32", "model dtype"),
     ("--samples", int, 10, "held-out samples, each at the five gold positions"),
     ("--repeats", int, 2, "interleaved repeats of the two paths"),
     *RUN_FLAGS,

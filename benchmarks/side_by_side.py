@@ -11,6 +11,16 @@ import time
 import torch
 
 
+def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolLM2 GGUF)") -> tuple:
+    """The rows that start every side-by-side script's flag table: which model, where, in which dtype
+    (each script's default dtype is the one its committed figures were measured in)."""
+    return (
+        ("--pretrained", str, None, pretrained),
+        ("--device", str, None, "cpu or cuda (default: cuda when present)"),
+        ("--dtype", str, dtype, "model dtype"),
+    )
+
+
 # The rows that end every side-by-side script's flag table.
 RUN_FLAGS = (
     ("--threads", int, None, "torch threads (default: torch's choice)"),
