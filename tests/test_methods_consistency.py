@@ -9,7 +9,7 @@ from lpes_harness.methods import buckets, moice, mspoe, train_moice
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.rope_anatomy import LPESError
 from lpes_harness.lmeval.method_lm import BOUND
-from lpes_harness.lmeval.method_models import BucketsLM, MsPoELM
+from lpes_harness.lmeval.method_models import BucketsLM, FitMLM, MsPoELM, PosHiddenLM
 from lpes_harness.models import cache_keyword
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
@@ -254,6 +254,23 @@ def test_bad_layers_and_top_k_name_what_is_accepted():
                         (0, "top_k=0 is out of range"), ("x", "top_k='x' is not a number")):
         with pytest.raises(MethodError, match=f"moice_hf: {says}"):
             moice.check_arguments(top_k=value)
+
+
+def test_a_malformed_layers_and_a_top_k_above_the_bases_fail_before_the_model_loads(tmp_path):
+    """Their syntax and the bases' count need no model: named before the (slow) load, not after it."""
+    missing = str(tmp_path / "no_model_here")
+    for make in (lambda: MsPoELM(pretrained=missing, layers="two"),
+                 lambda: FitMLM(pretrained=missing, strength=0.5, layers="a:b"),
+                 lambda: PosHiddenLM(pretrained=missing, channels="3", factor=0.5, layers="1;x")):
+        with pytest.raises(MethodError, match="is not understood; give a slice like '2:'"):
+            make()
+    with pytest.raises(MethodError, match=r"top_k=3 is out of range; give 1\.\.2 \(the number of bases\)"):
+        BOUND.moice(pretrained=missing, bases="1;2", top_k=3)
+    gates = moice.save_gates(moice.install(tiny_model("llama"), bases="1;2;4", top_k=2), str(tmp_path / "g.pt"))
+    with pytest.raises(MethodError, match=r"top_k=4 is out of range; give 1\.\.3"):
+        BOUND.moice(pretrained=missing, gates=gates, top_k=4)
+    listed, saved, top_k = moice.check_arguments(gates=gates)  # the file's bases and top_k, when none are given
+    assert (listed, saved["top_k"], top_k) == ([1.0, 2.0, 4.0], 2, 2)
 
 
 def test_gates_for_another_model_are_refused(tmp_path):

@@ -143,7 +143,7 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
                  gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
         model_args = hflm_model_args(pretrained, gguf_file, device)
         strength, temperature, num_spans, region, spans_per_copy = fitm.check_arguments(
-            strength, temperature, num_spans, region, spans_per_copy)
+            strength, temperature, num_spans, region, spans_per_copy, layers)
         if not str(dummy).strip():  # all checked before the (slow) model load
             raise MethodError(f"fitm_hf: dummy={dummy!r} is empty; give the dummy span's text")
         super().__init__(**model_args, **kwargs)

@@ -36,20 +36,26 @@ def parse_float_list(name: str, value: Any, minimum_exclusive: float | None = 0.
     return values
 
 
-def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]:
-    """``None`` -> ``default_start..L-1``; ``"2:"`` / ``"2:10"`` (a slice) or ``"2;3;5"`` -> layer indices."""
-    if value is None:
-        return list(range(min(default_start, n_layers), n_layers))
+def layer_selector(value: Any) -> slice | list[int]:
+    """``"2:"`` / ``"2:10"`` -> a slice; ``"2;3;5"`` (or a list) -> sorted indices. The syntax alone, so that a
+    method can refuse a malformed ``layers`` before the model loads; :func:`parse_layers` checks the range."""
     text = ";".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value).strip()
     accepted = "a slice like '2:' or '2:10', or indices separated by ';' (e.g. '2;3;5')"
     try:
         if ":" in text:
             start, _, stop = text.partition(":")
-            layers = list(range(n_layers))[slice(int(start) if start else None, int(stop) if stop else None)]
-        else:
-            layers = sorted({int(part) for part in text.split(";") if part.strip()})
+            return slice(int(start) if start else None, int(stop) if stop else None)
+        return sorted({int(part) for part in text.split(";") if part.strip()})
     except ValueError:
         raise MethodError(f"layers={value!r} is not understood; give {accepted}") from None
+
+
+def parse_layers(value: Any, n_layers: int, default_start: int = 0) -> list[int]:
+    """``None`` -> ``default_start..L-1``; else :func:`layer_selector`'s layers, each in ``0..L-1``."""
+    if value is None:
+        return list(range(min(default_start, n_layers), n_layers))
+    chosen = layer_selector(value)
+    layers = list(range(n_layers))[chosen] if isinstance(chosen, slice) else chosen
     bad = [i for i in layers if not 0 <= i < n_layers]
     if bad or not layers:
         raise MethodError(f"layers={value!r} selects {bad or 'no layers'}; the model has layers 0..{n_layers - 1}")

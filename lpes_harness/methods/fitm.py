@@ -289,9 +289,11 @@ get_state = SLOT.get
 
 
 def check_arguments(strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10, region: Any = None,
-                    spans_per_copy: Any = 1):
+                    spans_per_copy: Any = 1, layers: Any = None):
     """``(strength, temperature, num_spans, region, spans_per_copy)`` checked, as numbers (``fitm_hf`` and
-    ``benchmarks/latency.py --setting`` run it before the model loads)."""
+    ``benchmarks/latency.py --setting`` run it before the model loads); ``layers`` only for its syntax."""
+    if layers is not None:
+        arguments.layer_selector(layers)  # its range needs the model
     strength, temperature = STRENGTH.check(strength, NAME), TEMPERATURE.check(temperature, NAME)
     num_spans, spans_per_copy = NUM_SPANS.check(num_spans, NAME), SPANS_PER_COPY.check(spans_per_copy, NAME)
     return strength, temperature, num_spans, DEFAULT_REGION if region is None else parse_region(region), spans_per_copy

@@ -153,7 +153,7 @@ def install(
 
     lm-eval's text arguments are taken too (``absolute_bases="true"``, ``top_k="3"``)."""
     SLOT.free(model)
-    check_arguments(None, bases, absolute_bases, top_k)  # the gates file is read below, once
+    listed, saved, top_k = check_arguments(gates, bases, absolute_bases, top_k)
     absolute_bases = parse_bool("absolute_bases", absolute_bases, MethodError)
     attention.check_attention_implementation(model, ENTRY.lm_eval)
     parts, ropes = model_checks.check_model(model, ENTRY.lm_eval, rewrites_attention=True)
@@ -166,22 +166,9 @@ def install(
             f"implemented. Accepted: models with one RoPE for all layers (Llama, SmolLM2, Qwen2, Mistral)"
         )
     theta = rope_math.rope_theta(rope_anatomy.decoder_config(parts, model), parts.model_type)
-    saved = read_gates(gates) if gates else None
-    if saved is not None and bases is None:
-        relative = list(saved["relative_bases"])
-    elif bases is not None:
-        relative = arguments.parse_float_list("bases", bases)
-    else:
-        relative = list(DEFAULT_RELATIVE_BASES)
-    absolute = relative if absolute_bases else [theta * b for b in relative]
-    if absolute_bases:
-        relative = [b / theta for b in absolute]
+    absolute = listed if absolute_bases else [theta * b for b in listed]
+    relative = [b / theta for b in absolute] if absolute_bases else listed
     n_experts = len(absolute)
-    if top_k is None:
-        top_k = saved["top_k"] if saved is not None else n_experts
-    top_k = TOP_K.check(top_k, ENTRY.lm_eval)
-    if top_k > n_experts:
-        raise MethodError(f"top_k={top_k} is out of range; give 1..{n_experts} (the number of bases)")
     inv_freq = torch.stack([rope_math.inv_freq_for_base(ropes[0].inv_freq, theta, b) for b in absolute])
     state = _MoICEState(parts, relative, absolute, top_k, inv_freq, rope_math.PositionRecorder(parts))
     state.changes.on_remove(state.recorder.remove)
@@ -215,15 +202,22 @@ get_state = SLOT.get
 
 
 def check_arguments(gates: str | None = None, bases: Any = None, absolute_bases: Any = False, top_k: Any = None,
-                    seed: int = 0) -> None:
-    """What install checks that needs no model (``moice_hf`` runs it before the model loads)."""
+                    seed: int = 0) -> tuple[list[float], dict | None, int]:
+    """What install checks that needs no model (``moice_hf`` runs it before the model loads): returns the bases
+    as given (``bases``, else the gates file's relative ones, else the default 7), the gates file's contents
+    (None without one) and ``top_k`` (default: the file's, else every base), checked against the bases' count."""
     parse_bool("absolute_bases", absolute_bases, MethodError)
+    saved = read_gates(gates) if gates is not None else None
     if bases is not None:
-        arguments.parse_float_list("bases", bases)
-    if gates is not None:
-        read_gates(gates)
-    if top_k is not None:  # a whole number >= 1 (2.5 is refused, not cut to 2); its upper end needs the bases
-        TOP_K.check(top_k, ENTRY.lm_eval)
+        listed = arguments.parse_float_list("bases", bases)
+    else:
+        listed = list(saved["relative_bases"] if saved is not None else DEFAULT_RELATIVE_BASES)
+    if top_k is None:
+        top_k = saved["top_k"] if saved is not None else len(listed)
+    top_k = TOP_K.check(top_k, ENTRY.lm_eval)  # a whole number >= 1 (2.5 is refused, not cut to 2)
+    if top_k > len(listed):
+        raise MethodError(f"top_k={top_k} is out of range; give 1..{len(listed)} (the number of bases)")
+    return listed, saved, top_k
 
 
 def settings(model: nn.Module) -> dict:

@@ -208,6 +208,8 @@ def check_arguments(min_ratio: Any = MIN_RATIO.default, max_ratio: Any = MAX_RAT
         raise MethodError(
             f"min_ratio={min_ratio:g}, max_ratio={max_ratio:g}: need 0 < min_ratio <= max_ratio (the paper: 1.2 and 1.8)"
         )
+    if layers is not None:
+        arguments.layer_selector(layers)  # its range needs the model
     if head_mapping not in HEAD_MAPPINGS:
         raise MethodError(f"head_mapping={head_mapping!r} is not one of {', '.join(HEAD_MAPPINGS)}")
     if head_order not in HEAD_ORDERS:

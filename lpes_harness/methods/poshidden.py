@@ -221,7 +221,10 @@ def resolve_arguments(setting=None, channels=None, factor=None, layers=None) -> 
             f"{NAME} needs the channel to scale: setting=<file from `{COMMAND}`> or channels=<index>[;<index>...] "
             f"(factor=1 is the plain model)"
         )
-    return {"channels": channels, "factor": factor, "layers": found.get("layers") if layers is None else layers,
+    layers = found.get("layers") if layers is None else layers
+    if layers is not None:
+        arguments.layer_selector(layers)  # its range needs the model
+    return {"channels": channels, "factor": factor, "layers": layers,
             "expect": {k: found[k] for k in ("hidden_size", "num_layers") if k in found}, "setting": setting}
 
 
