@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, model_flags, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, interleaved, model_flags, parse_flags  # this folder: on sys.path when run as a script
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("full logits", "answer logits", "vanilla")
@@ -92,15 +92,7 @@ def main(argv=None) -> int:
     vanilla(samples[0])  # warm-up of every path on the first sample
     for method in METHODS:
         run[method](samples[0])
-    seconds = {method: [[] for _ in samples] for method in METHODS}
-    results = {method: [None] * len(samples) for method in METHODS}
-    for repeat in range(args.repeats):
-        order = METHODS if repeat % 2 == 0 else METHODS[::-1]
-        for index, pairs in enumerate(samples):
-            for method in order:
-                elapsed, results[method][index] = timed(lambda: run[method](pairs), device)
-                seconds[method][index].append(elapsed)
-        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    seconds, results = interleaved(METHODS, lambda method, pairs: run[method](pairs), args.repeats, device, samples)
 
     per_sample = {method: [statistics.median(times) for times in seconds[method]] for method in METHODS}
     base = per_sample["full logits"]

@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from side_by_side import RUN_FLAGS, model_flags, parse_flags, timed  # this folder: on sys.path when run as a script
+from side_by_side import RUN_FLAGS, interleaved, model_flags, parse_flags  # this folder: on sys.path when run as a script
 
 METHODS = ("full logits", "answer logits")
 
@@ -76,16 +76,11 @@ def main(argv=None) -> int:
     # The two implementations LPESLM.loglikelihood chooses between by `answer_logits`.
     run = {"full logits": lambda: HFLM.loglikelihood(lm, requests, disable_tqdm=True),
            "answer logits": lambda: AnswerLogitsLoglikelihoodMixin.loglikelihood(lm, requests, disable_tqdm=True)}
-    seconds = {method: [] for method in METHODS}
-    results = {}
-    for repeat in range(args.repeats):
-        for method in METHODS if repeat % 2 == 0 else METHODS[::-1]:
-            elapsed, results[method] = timed(run[method], device)
-            seconds[method].append(elapsed)
-        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    timings, results = interleaved(METHODS, lambda method, _: run[method](), args.repeats, device)
+    seconds = {method: timings[method][0] for method in METHODS}  # one workload: one list a method
 
     rows = {method: statistics.median(seconds[method]) for method in METHODS}
-    old, new = results["full logits"], results["answer logits"]
+    old, new = results["full logits"][0], results["answer logits"][0]
     same_greedy = sum(a[1] == b[1] for a, b in zip(old, new))
     max_dlogprob = max(abs(a[0] - b[0]) for a, b in zip(old, new))
     by_doc = {}

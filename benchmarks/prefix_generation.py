@@ -34,7 +34,7 @@ import sys
 import torch
 
 # this folder: on sys.path when run as a script
-from side_by_side import RUN_FLAGS, DecoderTokens, model_flags, parse_flags, timed
+from side_by_side import RUN_FLAGS, DecoderTokens, interleaved, model_flags, parse_flags
 
 METHODS = ("each whole", "shared prefixes")
 
@@ -140,21 +140,17 @@ def main(argv=None) -> int:
     paths = {"each whole": lambda: HFLM.generate_until(lm, requests, disable_tqdm=False),
              "shared prefixes": lambda: generate_sharing_prefixes(lm, requests, disable_tqdm=False)}
 
-    def run(method):
+    def run(method, _):
         tokens.count = 0
         return paths[method](), tokens.count
 
-    seconds = {method: [] for method in METHODS}
-    results = {}
-    for repeat in range(args.repeats):
-        for method in METHODS if repeat % 2 == 0 else METHODS[::-1]:
-            elapsed, results[method] = timed(lambda: run(method), device)
-            seconds[method].append(elapsed)
-        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    timings, results = interleaved(METHODS, run, args.repeats, device)
+    seconds = {method: timings[method][0] for method in METHODS}  # one workload: one list a method
     tokens.remove()
 
-    rows = {method: {"median_s": statistics.median(seconds[method]), "tokens": results[method][1]} for method in METHODS}
-    whole, shared = results["each whole"][0], results["shared prefixes"][0]
+    rows = {method: {"median_s": statistics.median(seconds[method]), "tokens": results[method][0][1]}
+            for method in METHODS}
+    whole, shared = results["each whole"][0][0], results["shared prefixes"][0][0]
     same = sum(a == b for a, b in zip(whole, shared))
     prompt_tokens = sum(len(lm.tok_encode(request.args[0])) for request in requests)
     counted_whole, counted_shared = prompt_tokens_run(lm, requests)  # --count-only's count, beside the measured

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 # this folder: on sys.path when run as a script
-from side_by_side import RUN_FLAGS, DecoderTokens, model_flags, parse_flags, timed
+from side_by_side import RUN_FLAGS, DecoderTokens, interleaved, model_flags, parse_flags
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("each alone", "shared")
@@ -80,15 +80,7 @@ def main(argv=None) -> int:
 
     for method in METHODS:  # warm-up of both paths on the first sample
         run(method, samples[0])
-    seconds = {method: [[] for _ in samples] for method in METHODS}
-    results = {method: [None] * len(samples) for method in METHODS}
-    for repeat in range(args.repeats):
-        order = METHODS if repeat % 2 == 0 else METHODS[::-1]
-        for index, pairs in enumerate(samples):
-            for method in order:
-                elapsed, results[method][index] = timed(lambda: run(method, pairs), device)
-                seconds[method][index].append(elapsed)
-        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+    seconds, results = interleaved(METHODS, run, args.repeats, device, samples)
     tokens.remove()
 
     per_sample = {method: [statistics.median(times) for times in seconds[method]] for method in METHODS}

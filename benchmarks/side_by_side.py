@@ -6,6 +6,7 @@ Imported by the scripts beside it (``python benchmarks/X.py`` puts this folder o
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
@@ -51,6 +52,22 @@ def timed(function, device) -> tuple[float, object]:
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start, result
+
+
+def interleaved(methods: tuple[str, ...], run, repeats: int, device, samples=(None,)) -> tuple[dict, dict]:
+    """Time ``run(method, sample)`` for every method on every sample, ``repeats`` times, with the methods
+    in reverse order every other repeat (so that neither always runs first, on a warmer or cooler chip).
+    Returns ``seconds[method][sample]``, one time a repeat, and ``results[method][sample]``, the last
+    result; a single workload is ``samples=(None,)``, index 0."""
+    seconds = {method: [[] for _ in samples] for method in methods}
+    results = {method: [None] * len(samples) for method in methods}
+    for repeat in range(repeats):
+        for index, sample in enumerate(samples):
+            for method in methods if repeat % 2 == 0 else methods[::-1]:
+                elapsed, results[method][index] = timed(lambda: run(method, sample), device)
+                seconds[method][index].append(elapsed)
+        print(f"repeat {repeat + 1}/{repeats} done", file=sys.stderr)
+    return seconds, results
 
 
 class DecoderTokens:
