@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from lpes_harness.models import threads_flag
+
 
 def spearman(a, b) -> float:
     """Spearman's rho with average ranks for ties (no scipy needed)."""
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--num-samples", type=int, default=None, help="search samples per position (default: the profile's)")
     parser.add_argument("--heldout-samples", type=int, default=40, help="held-out samples per position for the two best")
     parser.add_argument("--task", default=None, help="default: the profile's")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=threads_flag, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)

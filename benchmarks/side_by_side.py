@@ -11,6 +11,8 @@ import time
 
 import torch
 
+from lpes_harness.models import threads_flag
+
 
 def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolLM2 GGUF)") -> tuple:
     """The rows that start every side-by-side script's flag table: which model, where, in which dtype
@@ -24,7 +26,7 @@ def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolL
 
 # The rows that end every side-by-side script's flag table.
 RUN_FLAGS = (
-    ("--threads", int, None, "torch threads (default: torch's choice)"),
+    ("--threads", threads_flag, None, "torch threads (default: torch's choice)"),
     ("--json", str, None, "also write the measurements here"),
 )
 

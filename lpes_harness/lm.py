@@ -79,7 +79,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         if self.lpes_prefix_cache and str(kwargs.get("batch_size", 1)) != "1":
             raise ValueError(f"prefix_cache=true shares one KV cache between prompts run one at a time: "
                              f"it needs batch_size 1, got {kwargs.get('batch_size')!r}")
-        model_args = hflm_model_args(pretrained, gguf_file, device)
+        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
         # Which model this is, for fingerprints: the GGUF it came from, not the cache folder it loads from.
         source = resolve_pretrained(pretrained, gguf_file) if isinstance(pretrained, str) or pretrained is None \
             else (None, gguf_file)

@@ -12,6 +12,7 @@ its layers' attention types (:func:`config_layer_types`).
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib
 import importlib.util
@@ -20,6 +21,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lpes_harness.gguf_cache import loadable
 
@@ -117,19 +119,48 @@ def resolve_pretrained(pretrained: str | None, gguf_file: str | None = None) -> 
     return pretrained, gguf_file
 
 
-def hflm_model_args(pretrained, gguf_file: str | None, device: str | None) -> dict:
+def hflm_model_args(pretrained, gguf_file: str | None, device: str | None, dtype: Any = None) -> dict:
     """HFLM's ``pretrained`` / ``gguf_file`` / ``device`` with our defaults, for every model class.
 
     The bundled GGUF when nothing is given, and CUDA only when present: HFLM's own device
     default, "cuda", fails on a CPU-only machine. A GGUF is read through its converted copy
-    (:mod:`lpes_harness.gguf_cache`). A model object passes through untouched.
+    (:mod:`lpes_harness.gguf_cache`). A model object passes through untouched. ``dtype`` (HFLM's,
+    passed on by the caller) is only checked here (:func:`check_dtype`).
     """
+    check_dtype(dtype)
     if isinstance(pretrained, str) or pretrained is None:
         pretrained, gguf_file = loadable(*resolve_pretrained(pretrained, gguf_file))
     return {"pretrained": pretrained, "gguf_file": gguf_file, "device": device or default_device()}
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: Any) -> None:
+    """A ``dtype`` HFLM loads with: none, ``auto``, or a floating-point torch dtype or its name (float32,
+    bfloat16, float16, half, ...). Anything else is a ValueError before the model load: HFLM would
+    raise torch's AttributeError ("module 'torch' has no attribute ...") only after reading the
+    model's config and tokenizer."""
+    if dtype is None or dtype == "auto":
+        return
+    import torch
+
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not (isinstance(value, torch.dtype) and value.is_floating_point):
+        raise ValueError(f"dtype={dtype!r} is not a floating-point torch dtype; give auto, float32, bfloat16 or float16")
+
+
+def threads_flag(text: str) -> int:
+    """argparse ``type`` of ``--threads`` (torch's CPU threads): an integer >= 1. torch refuses the
+    rest only at ``set_num_threads``, after the flags are parsed, and ``if args.threads`` took 0 for
+    torch's default without a word."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"an integer >= 1, got {text!r}")
+    return value
 
 
 def read_cpuinfo() -> str:

@@ -1,6 +1,6 @@
 """Bad input costs seconds, not a model load: a table of bad inputs through the real command lines.
 
-Each row runs a console script of the venv (``lm_eval``, ``lpes-eval``, ``lpes-report``,
+Each row runs a console script of the venv (``lm_eval``, ``lpes-eval``, ``lpes-check``, ``lpes-report``,
 ``searches/ga.py``) in a fresh empty folder, and asserts the exit code (2, as argparse), one
 ``error:`` line naming the argument, the value and what is allowed, no traceback, the time,
 and that nothing was written: neither in that folder (the working directory, and
@@ -80,6 +80,17 @@ def lm_eval_row(model_args, message, *, tool="lm_eval"):
             "message": message, "limit": LM_EVAL_LIMIT_S}
 
 
+def metadata_row(tasks, metadata, message, *, model="lpes_hf"):
+    return {"tool": "lm_eval", "args": ["--model", model, "--tasks", tasks, "--metadata", json.dumps(metadata),
+                                       "--limit", "1", "--output_path", "out"],
+            "message": "lm_eval: error: argument --metadata: " + message, "limit": LM_EVAL_LIMIT_S}
+
+
+def check_row(args, message):
+    return {"tool": "lpes-check", "args": ["--task", "multi_needle", "--num-samples", "1", "--json", "out/check.json",
+                                           *args], "message": "lpes-check: error: " + message}
+
+
 def table(p: dict[str, str]) -> list[dict]:
     arg = "lm_eval: error: argument --model_args: "
     rows = [
@@ -135,6 +146,29 @@ def table(p: dict[str, str]) -> list[dict]:
                     tool="lpes-eval"),
         lm_eval_row("curve=spline,control_points=0:1;29:1",
                     "lpes-eval: error: argument --model_args: curve='spline' is not a curve", tool="lpes-eval -S"),
+        # ---- --metadata of our position tasks (any model: the tasks are checked, not the model)
+        metadata_row("multi_needle", {"num_needles": -1}, "multi_needle: num_needles=-1 must be at least 1"),
+        metadata_row("multi_needle_pos50", {"num_sentence": 60},
+                     "multi_needle: unknown metadata key(s) 'num_sentence' (did you mean 'num_sentences'?)"),
+        metadata_row("kv_retrieval", {"split": "train"},
+                     "kv_retrieval: split='train' is not one of ['search', 'heldout', 'validation']"),
+        metadata_row("kv_retrieval", {"value_format": "xyz"}, "kv_retrieval: value_format='xyz' is not one of"),
+        metadata_row("mdqa", {"num_samples": "ten"}, "mdqa: num_samples='ten' is not an integer", model="hf"),
+        metadata_row("mdqa_pos0", {"data_path": "/nonexistent/nq.jsonl"},
+                     "data_path '/nonexistent/nq.jsonl' does not exist or is not a file"),
+        # ---- dtype= of any of our models: torch's AttributeError came after the config and tokenizer load
+        lm_eval_row("dtype=float64x", arg + "dtype='float64x' is not a floating-point torch dtype; give auto, float32, "
+                                            "bfloat16 or float16"),
+        {**lm_eval_row("dtype=int8", arg + "dtype='int8' is not a floating-point torch dtype"),
+         "args": ["--model", "mspoe_hf", "--model_args", "dtype=int8", "--tasks", "kv_retrieval", "--limit", "1",
+                  "--output_path", "out"]},
+        # ---- lpes-check: its model's arguments before the model loads
+        check_row(["--model-args", "scales=-1"], "scales=-1: the scale must be a finite number > 0"),
+        check_row(["--model-args", "scales=1;2"], "scales='1;2' gives 2 scales but the model has 30 decoder layers"),
+        check_row(["--dtype", "float64x"], "dtype='float64x' is not a floating-point torch dtype"),
+        check_row(["--dtype", "bfloat16", "--model-args", "dtype=float32"],
+                  "give the dtype once: --dtype or dtype= in --model-args"),
+        check_row(["--threads", "0"], "argument --threads: an integer >= 1, got '0'"),
         # ---- lpes-report (checks its inputs before it writes)
         {"tool": "lpes-report", "args": ["/nonexistent/results.json", "--out", "out"],
          "message": "lpes-report: error: '/nonexistent/results.json' does not exist; give a results JSON file or a folder of them"},

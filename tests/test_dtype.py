@@ -112,3 +112,26 @@ def test_each_cpu_kind_is_named_as_the_readme_times_it():
     described = models.machine_description("cpu", info)
     assert described.startswith("Intel(R) Xeon(R), family 6 model 85, ")
     assert described.endswith(" cores, AVX-512 without avx512_bf16")
+
+
+def test_a_dtype_hflm_cannot_load_with_is_refused_before_the_model_loads():
+    """What HFLM takes (auto, a floating torch dtype or its name) passes; the rest is one ValueError, not
+    torch's AttributeError after the config and tokenizer load."""
+    import pytest
+
+    for good in (None, "auto", "float32", "bfloat16", "float16", "half", torch.bfloat16):
+        models.check_dtype(good)
+    for bad in ("float64x", "int8", "bool", torch.int32, "__name__"):
+        with pytest.raises(ValueError, match="is not a floating-point torch dtype"):
+            models.check_dtype(bad)
+
+
+def test_threads_must_be_a_positive_integer():
+    import argparse
+
+    import pytest
+
+    assert models.threads_flag("2") == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"an integer >= 1, got '{bad}'"):
+            models.threads_flag(bad)

@@ -24,6 +24,7 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baselines
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
+from lpes_harness.models import choose_dtype, default_device, threads_flag
 from lpes_harness.scaling import canonical, factors_per_layer, halves, held_per_half, identity, promote, uniform_factor
 
 
@@ -316,7 +317,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default=None,
                         help="float32, bfloat16, float16 or auto (bfloat16 where the CPU runs it natively or on a "
                              "GPU); default: the dtype recorded in the first scales file, else float32")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=threads_flag, default=None)
     parser.add_argument("--batch-size", default="1", type=batch_size_arg,
                         help="prompts per forward of the scaled rows (default 1; 'auto': as many as fit, on a GPU). "
                              "On a CPU a batch is no faster; on a GPU it is many times faster. In bfloat16 a padded "
@@ -433,8 +434,6 @@ def run_dtype(requested: str | None, recorded) -> str:
     """The dtype this run scores in: ``--dtype``, else the first scales file's, else float32.
     ``auto`` is resolved here, so that the score cache records what actually ran and matches a
     search's cache (which records the resolved dtype) on the same machine."""
-    from lpes_harness.models import choose_dtype, default_device
-
     dtype = requested or (recorded.get("dtype") if isinstance(recorded, dict) else None) or "float32"
     return choose_dtype(dtype, default_device())
 

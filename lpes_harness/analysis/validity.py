@@ -36,6 +36,7 @@ from pathlib import Path
 
 from lpes_harness.analysis.stats import accuracy_with_interval
 from lpes_harness.analysis.wrong_answers import NOT_IN_CONTEXT, classify, gold_rank, place_name, summarise
+from lpes_harness.models import check_dtype, threads_flag
 
 BEST_LOWER_MIN = 0.5  # the best position's 95 % interval starts here or above: clearly right somewhere
 GOLD_REMOVED_MAX = 0.1  # accuracy without the gold item above this: no retrieval needed
@@ -216,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrained", default=None,
                    help="HF id, local dir, .gguf, or a packaged model: smollm2 (the default), gemma3-270m")
     p.add_argument("--model-args", default="", help="extra lpes_hf arguments, 'k=v,k=v' (e.g. scales=1.2)")
-    p.add_argument("--dtype", default="float32", help="model dtype (default float32)")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--dtype", default=None, help="model dtype (default float32)")
+    p.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", default=None, help="also write the full result (with every answer) here")
     p.add_argument("--grid", default=None, metavar="JSON",
                    help="calibrate: run the check at every combination of these task options, e.g. "
@@ -250,6 +251,7 @@ def main(argv=None) -> None:
         resolve_options(resolve_task(args.task), {**metadata, "split": args.split, "num_samples": args.num_samples})
     except TaskDataError as err:
         parser.error(str(err))
+    args.model_kwargs = model_kwargs(parser, args)
     if args.grid is not None:
         return run_grid(parser, args, metadata)
     if args.answers_from:
@@ -267,18 +269,38 @@ def main(argv=None) -> None:
 CHAT = {"auto": None, "on": True, "off": False}
 
 
+def model_kwargs(parser: argparse.ArgumentParser, args) -> dict:
+    """lpes_hf's arguments: ``--model-args`` with ``--pretrained`` and ``--dtype`` folded in, checked
+    before the model loads (a key given twice, a dtype torch lacks, a bad scale argument)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    from lpes_harness.scales_args import check_model_args
+
+    extra = simple_parse_args_string(args.model_args)
+    for key in ("pretrained", "dtype"):
+        if key in extra and getattr(args, key) is not None:
+            parser.error(f"give the {key} once: --{key} or {key}= in --model-args")
+    if args.dtype is None and "dtype" not in extra:
+        args.dtype = "float32"  # also what a --grid folder's identity records
+    kwargs = {"pretrained": args.pretrained, "dtype": args.dtype, **extra}
+    try:
+        check_dtype(kwargs["dtype"])
+        check_model_args(kwargs)
+    except ValueError as err:
+        parser.error(" ".join(str(err).split()))
+    return kwargs
+
+
 def load_lm(args):
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    from lm_eval.utils import simple_parse_args_string
-
     from lpes_harness.lm import LPESLM
     from lpes_harness.models import BundledModelMissing
 
     try:
-        return LPESLM(pretrained=args.pretrained, dtype=args.dtype, **simple_parse_args_string(args.model_args))
+        return LPESLM(**args.model_kwargs)
     except BundledModelMissing as err:
         print(f"lpes-check: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

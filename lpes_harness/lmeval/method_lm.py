@@ -48,7 +48,7 @@ class MethodLM(HFLM):
         check = getattr(module, "check_arguments", None)
         if check is not None:
             check(**arguments)  # what needs no model, before the (slow) model load
-        super().__init__(**hflm_model_args(pretrained, gguf_file, device), **kwargs)
+        super().__init__(**hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype")), **kwargs)
         module.install(self.model, **{**entry.install_args, **arguments})
 
     def get_model_info(self) -> dict:

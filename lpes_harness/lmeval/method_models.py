@@ -100,7 +100,7 @@ class PosHiddenLM(RightPaddedRowsMixin, HFLM):
 
     def __init__(self, pretrained: Any = None, setting: str | None = None, channels: Any = None, factor: Any = None,
                  layers: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
+        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
         resolved = poshidden.resolve_arguments(setting, channels, factor, layers)  # before the (slow) model load
         super().__init__(**model_args, **kwargs)
         self._poshidden = resolved
@@ -141,7 +141,7 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
     def __init__(self, pretrained: Any = None, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
                  region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, spans_per_copy: Any = 1,
                  gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device)
+        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
         strength, temperature, num_spans, region, spans_per_copy = fitm.check_arguments(
             strength, temperature, num_spans, region, spans_per_copy, layers)
         if not str(dummy).strip():  # all checked before the (slow) model load

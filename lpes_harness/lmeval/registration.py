@@ -14,7 +14,8 @@ ones already imported (:func:`lpes_harness._startup.install`, what ``lpes-eval``
   position tasks' options and data files before it loads the model, and publishes the model
   args in :data:`~lpes_harness.lmeval.model_args.MODEL_ARGS` while it runs (the task glue
   tolerates those keys in metadata);
-- ``lm_eval.config.evaluate_config``: a bad ``lpes_hf`` scale argument on the command line
+- ``lm_eval.config.evaluate_config``: on the command line, a bad ``lpes_hf`` scale argument,
+  a ``dtype`` torch lacks (any of our models) or a bad ``--metadata`` of our position tasks
   exits 2 with one line, before lm-eval indexes its tasks or loads the model.
 
 Every patched callable passes ``*args, **kwargs`` through untouched, so a keyword lm-eval adds
@@ -115,20 +116,40 @@ def add_our_tasks_to_task_manager(manager_module) -> None:
 
 
 def model_args_error(model, model_args):
-    """One line saying what is wrong with ``model_args`` for one of our models, or None.
+    """One line saying what is wrong with ``model_args`` for one of our models, or None: the
+    ``dtype`` of any of them, lpes_hf's scale arguments.
 
-    Cheap: no torch; the layer count comes from the model's config.json or GGUF header.
+    Cheap: the layer count comes from the model's config.json or GGUF header; torch is imported
+    only to check a ``dtype`` other than auto.
     """
-    if not isinstance(model, str) or model not in SCALES_MODELS or not model_args:
+    if not isinstance(model, str) or model not in LAZY_MODELS or not model_args:
         return None
+    from lpes_harness.models import check_dtype
     from lpes_harness.scales_args import check_model_args
 
     try:
-        check_model_args(parse_model_args(model_args))
+        parsed = parse_model_args(model_args)
+        check_dtype(parsed.get("dtype"))
+        if model in SCALES_MODELS:
+            check_model_args(parsed)
     except ValueError as err:
         return " ".join(str(err).split())
     except Exception:  # a bug of ours must not stop lm-eval: the model load checks again
         return None
+    return None
+
+
+def metadata_error(tasks, metadata, model_args) -> str | None:
+    """One line saying what is wrong with ``--metadata`` for our position tasks in ``tasks``, or None.
+
+    Cheap: options are checked and a given ``data_path`` is read; no torch, no model."""
+    from lpes_harness.lmeval.tasks import precheck
+    from lpes_harness.tasks.data import TaskDataError
+
+    try:
+        precheck(tasks, metadata, parse_model_args(model_args))
+    except TaskDataError as err:
+        return " ".join(str(err).split())
     return None
 
 
@@ -164,7 +185,9 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
 
 
 def check_model_args_on_the_command_line(config_module) -> None:
-    """lm_eval's command line: a bad lpes_hf scale argument exits 2 before tasks or model load."""
+    """lm_eval's command line: a bad lpes_hf scale argument, or a bad ``--metadata`` for one of our
+    position tasks, exits 2 with one line, as argparse does, before tasks or model load (the same
+    checks in ``simple_evaluate`` would raise them as a traceback)."""
     config_class = config_module.EvaluatorConfig
     if getattr(config_class.from_cli, _WRAPPED, False):
         return
@@ -173,10 +196,11 @@ def check_model_args_on_the_command_line(config_module) -> None:
     @functools.wraps(original)
     def from_cli(cls, *args, **kwargs):
         config = original(cls, *args, **kwargs)
-        error = model_args_error(config.model, config.model_args)
-        if error:
-            sys.stderr.write(f"{_program()}: error: argument --model_args: {error}\n")
-            raise SystemExit(2)
+        for argument, error in (("--model_args", model_args_error(config.model, config.model_args)),
+                                ("--metadata", metadata_error(config.tasks, config.metadata, config.model_args))):
+            if error:
+                sys.stderr.write(f"{_program()}: error: argument {argument}: {error}\n")
+                raise SystemExit(2)
         return config
 
     setattr(from_cli, _WRAPPED, True)
