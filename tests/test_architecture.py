@@ -142,7 +142,7 @@ LAYER_OF = {
         "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer", "lmeval.prefix_generation",
         "lmeval.registration", "lmeval.requests", "lmeval.tasks",
         "tasks", "tasks.data", "tasks.kv_retrieval", "tasks.mdqa", "tasks.metrics", "tasks.multi_needle",
-        "tasks.needle", "tasks.position", "tasks.suites", "tasks.suites.common", "tasks.suites.leval",
+        "tasks.needle", "tasks.position", "tasks.suites", "tasks.suites.common", "tasks.suites.data_files", "tasks.suites.leval",
         "tasks.suites.multiple_choice", "tasks.suites.yaml_files", "tasks.suites.zeroscrolls",
     ), "lmeval and tasks"),
     # the library under the commands: methods scored on the same samples, caches, statistics, tables

@@ -156,6 +156,13 @@ def table(p: dict[str, str]) -> list[dict]:
         metadata_row("mdqa", {"num_samples": "ten"}, "mdqa: num_samples='ten' is not an integer", model="hf"),
         metadata_row("mdqa_pos0", {"data_path": "/nonexistent/nq.jsonl"},
                      "data_path '/nonexistent/nq.jsonl' does not exist or is not a file"),
+        metadata_row("mmlu_local", {"data_path": "/nonexistent/data"},
+                     "could not find the mmlu data (looked for data_path: /nonexistent/data/mmlu/mapping.json"),
+        # ---- a suite's data not where LPES_DATA says: no argument to blame, the message says where it looked
+        {"tool": "lm_eval", "args": ["--model", "lpes_hf", "--tasks", "zeroscrolls_qasper", "--limit", "1",
+                                     "--output_path", "out"], "env": {"LPES_DATA": "/nonexistent/data"},
+         "message": "lm_eval: error: could not find the zeroscrolls data (looked for LPES_DATA: "
+                    "/nonexistent/data/zeroscrolls/qasper.validation.jsonl)"},
         # ---- dtype= of any of our models: torch's AttributeError came after the config and tokenizer load
         lm_eval_row("dtype=float64x", arg + "dtype='float64x' is not a floating-point torch dtype; give auto, float32, "
                                             "bfloat16 or float16"),
@@ -214,7 +221,7 @@ def command(row) -> list[str]:
 def run_row(index: int, row: dict, root: Path) -> dict:
     folder = root / f"row{index:02d}"
     folder.mkdir()
-    env = dict(ENV)
+    env = dict(ENV, **row.get("env", {}))
     if row["tool"] == "lpes-eval -S":
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     started = time.perf_counter()

@@ -15,8 +15,9 @@ ones already imported (:func:`lpes_harness._startup.install`, what ``lpes-eval``
   args in :data:`~lpes_harness.lmeval.model_args.MODEL_ARGS` while it runs (the task glue
   tolerates those keys in metadata);
 - ``lm_eval.config.evaluate_config``: on the command line, a bad ``lpes_hf`` scale argument,
-  a ``dtype`` torch lacks (any of our models) or a bad ``--metadata`` of our position tasks
-  exits 2 with one line, before lm-eval indexes its tasks or loads the model.
+  a ``dtype`` torch lacks (any of our models), a bad ``--metadata`` of our position tasks or a
+  suite's data files not found exits 2 with one line, before lm-eval indexes its tasks or loads
+  the model.
 
 Every patched callable passes ``*args, **kwargs`` through untouched, so a keyword lm-eval adds
 later reaches the original.
@@ -140,9 +141,11 @@ def model_args_error(model, model_args):
 
 
 def metadata_error(tasks, metadata, model_args) -> str | None:
-    """One line saying what is wrong with ``--metadata`` for our position tasks in ``tasks``, or None.
+    """One line saying what is wrong with ``--metadata`` for our position tasks in ``tasks``, or with
+    where our suites' data files are, or None.
 
-    Cheap: options are checked and a given ``data_path`` is read; no torch, no model."""
+    Cheap: options are checked, a position task's given ``data_path`` is read and a suite's files
+    looked up; no torch, no model."""
     from lpes_harness.lmeval.tasks import precheck
     from lpes_harness.tasks.data import TaskDataError
 
@@ -196,10 +199,13 @@ def check_model_args_on_the_command_line(config_module) -> None:
     @functools.wraps(original)
     def from_cli(cls, *args, **kwargs):
         config = original(cls, *args, **kwargs)
-        for argument, error in (("--model_args", model_args_error(config.model, config.model_args)),
-                                ("--metadata", metadata_error(config.tasks, config.metadata, config.model_args))):
+        # A task's data not found with no --metadata given: the message says where it looked ($LPES_DATA,
+        # ../shared/data), and no argument is to blame.
+        for argument, error in (("argument --model_args: ", model_args_error(config.model, config.model_args)),
+                                ("argument --metadata: " if config.metadata else "",
+                                 metadata_error(config.tasks, config.metadata, config.model_args))):
             if error:
-                sys.stderr.write(f"{_program()}: error: argument {argument}: {error}\n")
+                sys.stderr.write(f"{_program()}: error: {argument}{error}\n")
                 raise SystemExit(2)
         return config
 

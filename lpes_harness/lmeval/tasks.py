@@ -206,18 +206,24 @@ def position_scores(results: Mapping[str, Any], task: PositionTask | str) -> dic
 
 
 def precheck(task_names: Sequence[str] | str | None, metadata: Mapping[str, Any] | None, model_args: Any = None) -> None:
-    """Check the options and data files of the position tasks in ``task_names``.
+    """Check the options and data files of the position tasks in ``task_names``, and that the
+    suites' (MMLU, C-Eval, L-Eval, ZeroSCROLLS) data files are where their loaders will look.
 
     lm-eval 0.4.13 loads the model before it builds the tasks, so a typo in ``--metadata``
     or a broken ``data_path`` would surface only after the model load. The start-up hook
     calls this first, from ``simple_evaluate``, so such errors come before any model work.
     """
-    if not task_names or not metadata:
+    if not task_names:
         return
     names = task_names.split(",") if isinstance(task_names, str) else [str(n) for n in task_names]
-    load_builtin_tasks()
     model_keys = set(parse_model_args(model_args))
-    task_metadata = {k: v for k, v in metadata.items() if k not in model_keys}
+    task_metadata = {k: v for k, v in (metadata or {}).items() if k not in model_keys}
+    from lpes_harness.tasks.suites.data_files import check_files
+
+    check_files(names, task_metadata.get("data_path"))
+    if not task_metadata:
+        return
+    load_builtin_tasks()
     for task in list(POSITION_TASKS.values()):
         if not any(name == task.name or name.startswith(f"{task.name}_pos") for name in names):
             continue
