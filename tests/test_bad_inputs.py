@@ -185,6 +185,8 @@ def table(p: dict[str, str]) -> list[dict]:
          "message": f"lpes-report: error: {p['results_not_json']}: not JSON"},
         {"tool": "lpes-report", "args": [p["results_without_results"], "--out", "out"],
          "message": f"lpes-report: error: {p['results_without_results']}: no 'results' object; is this an lm-eval results file?"},
+        {"tool": "lpes-report", "args": [p["valid_results"], "--history", "/nonexistent/history.jsonl", "--out", "out"],
+         "message": "lpes-report: error: /nonexistent/history.jsonl: no such history file"},
         {"tool": "lpes-report", "args": [p["valid_results"], "--scales", f"bad={p['a_string_inside']}", "--out", "out"],
          "message": f"lpes-report: error: {p['a_string_inside']}: scale 1 is 'fast'"},
         # ---- searches/ga.py: what argparse already refuses (the rest: tests/test_search_validate.py)

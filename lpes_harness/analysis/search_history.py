@@ -23,6 +23,8 @@ def read_history(path: str | os.PathLike) -> list[dict]:
     """The search's history lines; unknown keys are kept, blank or cut-off last lines skipped."""
     try:
         lines = read_jsonl(path, missing_ok=False, strict=True, numbered=True)
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such history file (a search writes history.jsonl in its --output)") from None
     except ValueError as err:
         raise ReportError(str(err)) from None
     records = []
