@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 PERCENTS = (0, 50, 100)
 # A stand-in curve: every layer its own scale (the worst case for the hooks); speed does not
@@ -41,7 +41,7 @@ def parse_args(argv):
     parser.add_argument("--samples", type=int, default=20, help="samples per position (3 positions)")
     parser.add_argument("--batch-size", default="auto", help="prompts per forward of the batched scorer: an integer or 'auto'")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the measurements here")
     args = parser.parse_args(argv)
     if args.samples < 1 or args.repeats < 1:

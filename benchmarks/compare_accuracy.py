@@ -31,7 +31,7 @@ import sys
 import time
 
 from lpes_harness.files import atomic_write_json, atomic_write_text
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 
 def method_specs(lpes_scales: str | None, moice_gates: str | None) -> dict[str, tuple[str, dict]]:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chat-template", action="store_true",
                         help="wrap prompts in the model's chat template (lm_eval --apply_chat_template); "
                              "the bundled instruct model needs it for mdqa")
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="also write the scores here")
     parser.add_argument("--results-dir", default=None,
                         help="also write each method's lm-eval results to DIR/<method>/results.json "

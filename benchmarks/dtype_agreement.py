@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 
 def spearman(a, b) -> float:
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--num-samples", type=int, default=None, help="search samples per position (default: the profile's)")
     parser.add_argument("--heldout-samples", type=int, default=40, help="held-out samples per position for the two best")
     parser.add_argument("--task", default=None, help="default: the profile's")
-    parser.add_argument("--threads", type=threads_flag, default=None)
+    parser.add_argument("--threads", type=positive_int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from lpes_harness.files import atomic_write_json
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 
 def draw_genomes(spec, count: int, seed: int) -> list:
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
     parser.add_argument("--y-min", type=float, default=0.6)
     parser.add_argument("--y-max", type=float, default=1.6)
     parser.add_argument("--initial-y", type=float, default=1.0)
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write every measurement here")

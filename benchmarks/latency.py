@@ -44,7 +44,7 @@ import warnings
 
 from lpes_harness.analysis.leaderboard import latency_label
 from lpes_harness.files import atomic_write_json
-from lpes_harness.models import machine_description, threads_flag
+from lpes_harness.models import machine_description, positive_int
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time METHOD at these arguments, as a board's row ran it (repeatable), e.g. "
                              "'fitm:spans_per_copy=10,temperature=5e-05,strength=0.5'; METHOD: one of "
                              f"{', '.join(SETTABLE)} or its key in the table of methods")
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the raw timings here")
     args = parser.parse_args(argv)
 

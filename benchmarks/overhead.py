@@ -27,7 +27,7 @@ import time
 import torch
 
 from lpes_harness import curves, rope
-from lpes_harness.models import load_causal_lm, threads_flag
+from lpes_harness.models import load_causal_lm, positive_int
 
 
 def parse_args():
@@ -40,7 +40,7 @@ def parse_args():
     parser.add_argument("--gen-tokens", type=int, default=32)
     parser.add_argument("--gen-prompt-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=10, help="timed pairs per workload (at least 10)")
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--control-points", default="0:1.5;10:1.2;20:1.8;29:1.4",
                         help="LPES curve (x rescaled to the model's depth)")
     parser.add_argument("--json", default=None, help="also write the measurements to this JSON file")

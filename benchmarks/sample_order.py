@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="an evaluations.jsonl of benchmarks/search_efficiency.py, its efficiency.json beside it")
     parser.add_argument("--evaluations", type=int, default=None, help="replay the first N evaluations (default: all)")
     parser.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
-    parser.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="write every evaluation's two counts and the summary here")
     args = parser.parse_args(argv)
     if args.evaluations is not None and args.evaluations < 1:

@@ -119,7 +119,7 @@ from pathlib import Path
 from efficiency_methods import METHODS, Journal, Run, genome_spec, search, sweep_start
 from efficiency_report import format_report, head_to_head, plot_report, points
 
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 # The committed table's budgets: what make demo's 10-minute budget leaves its search at 1.0 s a sample,
 # and what the GA demo's search used (sweep and GA, racing and cache included) before it had a time budget.
@@ -192,7 +192,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--sweep", default=None, help="the ga's sweep, and the uniform start's (default: the demo's 1,0.8)")
     add("--cma-sigma", type=float, default=None, help="CMA-ES step size in normalised coordinates (default 0.1)")
     add("--cma-population", type=int, default=None, help="CMA-ES lambda (default: the GA's population, 8)")
-    add("--threads", type=threads_flag, default=None, help="torch CPU threads")
+    add("--threads", type=positive_int, default=None, help="torch CPU threads")
     add("--output", default="results/search_efficiency")
     add("--quick", action="store_true", help="small sizes for the tests (any flag given still wins)")
     args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 
 
 def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolLM2 GGUF)") -> tuple:
@@ -26,7 +26,7 @@ def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolL
 
 # The rows that end every side-by-side script's flag table.
 RUN_FLAGS = (
-    ("--threads", threads_flag, None, "torch threads (default: torch's choice)"),
+    ("--threads", positive_int, None, "torch threads (default: torch's choice)"),
     ("--json", str, None, "also write the measurements here"),
 )
 

@@ -24,7 +24,7 @@ from latency import mdqa_prompts, spread, time_prefill
 from transformers import DynamicCache
 
 from lpes_harness.methods import string_shift
-from lpes_harness.models import cache_keyword, load_causal_lm, machine_description, threads_flag
+from lpes_harness.models import cache_keyword, load_causal_lm, machine_description, positive_int
 
 WAYS = ("plain model", "STRING, one block", "STRING, blocks")
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shifted-offset", type=int, default=512)
     parser.add_argument("--local-window", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=10, help="timed repeats of each way (at least 10)")
-    parser.add_argument("--threads", type=threads_flag, default=None)
+    parser.add_argument("--threads", type=positive_int, default=None)
     args = parser.parse_args(argv)
     if args.repeats < 10:
         parser.error(f"--repeats {args.repeats}: give at least 10, so that the 10-90 % spread means something")

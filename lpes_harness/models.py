@@ -136,24 +136,27 @@ def hflm_model_args(pretrained, gguf_file: str | None, device: str | None, dtype
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+# The names HFLM's dtype= turns into a floating-point torch dtype (getattr(torch, name)) that a model
+# loads in; known here so that a bad one is refused without importing torch (2-3 s of a CLI error).
+DTYPE_NAMES = frozenset({"float32", "float", "bfloat16", "float16", "half", "float64", "double"})
+
+
 def check_dtype(dtype: Any) -> None:
-    """A ``dtype`` HFLM loads with: none, ``auto``, or a floating-point torch dtype or its name (float32,
-    bfloat16, float16, half, ...). Anything else is a ValueError before the model load: HFLM would
-    raise torch's AttributeError ("module 'torch' has no attribute ...") only after reading the
-    model's config and tokenizer."""
-    if dtype is None or dtype == "auto":
+    """A ``dtype`` HFLM loads with: none, ``auto``, a name of :data:`DTYPE_NAMES`, or a floating-point
+    torch dtype. Anything else is a ValueError before the model load: HFLM would raise torch's
+    AttributeError ("module 'torch' has no attribute ...") only after reading the model's config
+    and tokenizer."""
+    if dtype is None or dtype == "auto" or (isinstance(dtype, str) and dtype in DTYPE_NAMES):
         return
-    import torch
-
-    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not (isinstance(value, torch.dtype) and value.is_floating_point):
-        raise ValueError(f"dtype={dtype!r} is not a floating-point torch dtype; give auto, float32, bfloat16 or float16")
+    if not isinstance(dtype, str) and getattr(dtype, "is_floating_point", False) is True:
+        return  # a torch.dtype object (in-process use): torch is imported already
+    raise ValueError(f"dtype={dtype!r} is not a floating-point torch dtype; give auto, float32, bfloat16 or float16")
 
 
-def threads_flag(text: str) -> int:
-    """argparse ``type`` of ``--threads`` (torch's CPU threads): an integer >= 1. torch refuses the
-    rest only at ``set_num_threads``, after the flags are parsed, and ``if args.threads`` took 0 for
-    torch's default without a word."""
+def positive_int(text: str) -> int:
+    """argparse ``type`` of ``--threads`` (torch's CPU threads) and of a ``--batch-size``: an integer >= 1.
+    torch refuses 0 or less only at ``set_num_threads``, after the flags are parsed, and ``if
+    args.threads`` took 0 for torch's default without a word."""
     try:
         value = int(text)
     except ValueError:

@@ -131,7 +131,7 @@ def test_threads_must_be_a_positive_integer():
 
     import pytest
 
-    assert models.threads_flag("2") == 2
+    assert models.positive_int("2") == 2
     for bad in ("0", "-1", "two", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError, match=f"an integer >= 1, got '{bad}'"):
-            models.threads_flag(bad)
+            models.positive_int(bad)

@@ -24,7 +24,7 @@ from pathlib import Path
 from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm, parse_baselines
 from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.analysis.score_cache import ScoreCache
-from lpes_harness.models import choose_dtype, default_device, threads_flag
+from lpes_harness.models import choose_dtype, default_device, positive_int
 from lpes_harness.scaling import canonical, factors_per_layer, halves, held_per_half, identity, promote, uniform_factor
 
 
@@ -317,7 +317,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default=None,
                         help="float32, bfloat16, float16 or auto (bfloat16 where the CPU runs it natively or on a "
                              "GPU); default: the dtype recorded in the first scales file, else float32")
-    parser.add_argument("--threads", type=threads_flag, default=None)
+    parser.add_argument("--threads", type=positive_int, default=None)
     parser.add_argument("--batch-size", default="1", type=batch_size_arg,
                         help="prompts per forward of the scaled rows (default 1; 'auto': as many as fit, on a GPU). "
                              "On a CPU a batch is no faster; on a GPU it is many times faster. In bfloat16 a padded "
@@ -412,12 +412,9 @@ def batch_size_arg(text: str):
     if text == "auto":
         return text
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a positive integer or 'auto', got {text!r}")
-    return value
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a positive integer or 'auto', got {text!r}") from None
 
 
 def held_layers_of(pretrained: str | None, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from lpes_harness.analysis.stats import accuracy_with_interval
 from lpes_harness.analysis.wrong_answers import NOT_IN_CONTEXT, classify, gold_rank, place_name, summarise
-from lpes_harness.models import check_dtype, threads_flag
+from lpes_harness.models import check_dtype, positive_int
 
 BEST_LOWER_MIN = 0.5  # the best position's 95 % interval starts here or above: clearly right somewhere
 GOLD_REMOVED_MAX = 0.1  # accuracy without the gold item above this: no retrieval needed
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HF id, local dir, .gguf, or a packaged model: smollm2 (the default), gemma3-270m")
     p.add_argument("--model-args", default="", help="extra lpes_hf arguments, 'k=v,k=v' (e.g. scales=1.2)")
     p.add_argument("--dtype", default=None, help="model dtype (default float32)")
-    p.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", default=None, help="also write the full result (with every answer) here")
     p.add_argument("--grid", default=None, metavar="JSON",
                    help="calibrate: run the check at every combination of these task options, e.g. "

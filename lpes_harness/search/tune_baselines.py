@@ -35,7 +35,7 @@ from lpes_harness.analysis.paired import (
 )
 from lpes_harness.analysis.score_cache import ScoreCache
 from lpes_harness.methods import METHODS, grid_of, label_of, tuned_by_grid
-from lpes_harness.models import threads_flag
+from lpes_harness.models import positive_int
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, ROLES, combine, task_roles
 
 PROG = "python -m lpes_harness.search.tune_baselines"
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (default)")
     p.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"])
-    p.add_argument("--threads", type=threads_flag, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--output", required=True, help="directory for tuning.{json,md}, best.txt and scores.cache.json")
     return p
 
