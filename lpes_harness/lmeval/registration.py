@@ -120,8 +120,7 @@ def model_args_error(model, model_args):
     """One line saying what is wrong with ``model_args`` for one of our models, or None: the
     ``dtype`` of any of them, lpes_hf's scale arguments.
 
-    Cheap: the layer count comes from the model's config.json or GGUF header; torch is imported
-    only to check a ``dtype`` other than auto.
+    Cheap: no torch; the layer count comes from the model's config.json or GGUF header.
     """
     if not isinstance(model, str) or model not in LAZY_MODELS or not model_args:
         return None
@@ -150,7 +149,7 @@ def metadata_error(tasks, metadata, model_args) -> str | None:
     from lpes_harness.tasks.data import TaskDataError
 
     try:
-        precheck(tasks, metadata, parse_model_args(model_args))
+        precheck(tasks, metadata, model_args)
     except TaskDataError as err:
         return " ".join(str(err).split())
     return None
@@ -188,9 +187,9 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
 
 
 def check_model_args_on_the_command_line(config_module) -> None:
-    """lm_eval's command line: a bad lpes_hf scale argument, or a bad ``--metadata`` for one of our
-    position tasks, exits 2 with one line, as argparse does, before tasks or model load (the same
-    checks in ``simple_evaluate`` would raise them as a traceback)."""
+    """lm_eval's command line: what :func:`model_args_error` and :func:`metadata_error` find exits 2
+    with one line, as argparse does, before tasks or model load (the same checks in
+    ``simple_evaluate`` would raise them as a traceback)."""
     config_class = config_module.EvaluatorConfig
     if getattr(config_class.from_cli, _WRAPPED, False):
         return

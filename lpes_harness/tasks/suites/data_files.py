@@ -2,8 +2,9 @@
 
 lm-eval 0.4.13 loads the model before it builds the tasks, so a wrong ``LPES_DATA`` or
 ``data_path`` would surface only after the load, as a traceback. The lm-eval glue's precheck
-asks :func:`check_files` first; the loaders look the same files up again with the same
-:func:`~lpes_harness.tasks.suites.common.suite_dir`, so the two cannot disagree.
+asks :func:`check_files` first; the loaders look the same files up again, by the file names
+they own and the same :func:`~lpes_harness.tasks.suites.common.suite_dir`, so the two cannot
+disagree.
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ from lpes_harness.tasks.suites.common import suite_dir
 
 
 def files_read(task_name: str) -> list[tuple[str, str]]:
-    """(suite folder, file name) of each file the task or group ``task_name`` reads; none when it is
-    not one of the suites (an MMLU or C-Eval subject reads its suite's ``mapping.json`` first)."""
+    """(suite folder, file name) of each file the task or group ``task_name`` reads, named by the
+    suite's loader; none when it is not one of ours (lm-eval's own ``qasper`` included). An MMLU or
+    C-Eval subject reads its suite's mapping file first."""
     name = task_name.lstrip("_")  # the category groups' names start with "_"
     for suite in multiple_choice.SUITES.values():
         if name == suite.name or name.startswith(suite.name + "_"):
-            return [(suite.folder, "mapping.json")]
+            return [(suite.folder, multiple_choice.MAPPING_FILE)]
     if name == "leval":
-        return [("leval", f"{task}.jsonl") for task in leval.TASKS.values()]
+        return [("leval", leval.data_file(task)) for task in leval.TASKS.values()]
     if name in leval.TASKS:
-        return [("leval", f"{leval.TASKS[name]}.jsonl")]
-    task = name.removeprefix("zeroscrolls_")
-    if name == "zeroscrolls" or task in zeroscrolls.TASKS:
-        return [("zeroscrolls", f"{task}.validation.jsonl")
-                for task in (zeroscrolls.TASKS if name == "zeroscrolls" else (task,))]
+        return [("leval", leval.data_file(leval.TASKS[name]))]
+    if name == "zeroscrolls":
+        return [("zeroscrolls", zeroscrolls.data_file(task)) for task in zeroscrolls.TASKS]
+    if name.startswith("zeroscrolls_") and name.removeprefix("zeroscrolls_") in zeroscrolls.TASKS:
+        return [("zeroscrolls", zeroscrolls.data_file(name.removeprefix("zeroscrolls_")))]
     return []
 
 

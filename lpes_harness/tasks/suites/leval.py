@@ -90,8 +90,13 @@ def fact_prompt(instruction: str) -> str:
 # ---------------------------------------------------------------- docs
 
 
+def data_file(task: str) -> str:
+    """The file of ``task`` (``coursera``, ...) in the ``leval`` folder."""
+    return f"{task}.jsonl"
+
+
 def read_task(task: str, data_path: str | None = None) -> list[dict]:
-    path = suite_dir("leval", f"{task}.jsonl", data_path) / f"{task}.jsonl"
+    path = suite_dir("leval", data_file(task), data_path) / data_file(task)
     records = read_jsonl(path, LEVAL_KEYS)
     for number, record in enumerate(records, start=1):
         if len(record["instructions"]) != len(record["outputs"]):

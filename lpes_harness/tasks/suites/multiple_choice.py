@@ -76,11 +76,13 @@ CEVAL = MultipleChoiceSuite(
 )
 
 SUITES = {suite.name: suite for suite in (MMLU, MMLU_CONTINUATION, CEVAL)}
+# Every subject of a suite is read through this file (subject -> name, category) in its folder.
+MAPPING_FILE = "mapping.json"
 
 
 def read_mapping(suite: MultipleChoiceSuite, data_path: str | None = None) -> dict[str, dict[str, str]]:
     """subject -> {"name", "category"} from the suite's ``mapping.json``."""
-    path = suite_dir(suite.folder, "mapping.json", data_path) / "mapping.json"
+    path = suite_dir(suite.folder, MAPPING_FILE, data_path) / MAPPING_FILE
     try:
         mapping = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -134,7 +136,7 @@ def _subject_docs(suite_name: str, folder: str, subject: str, split: str) -> tup
 
 
 def subject_docs(suite: MultipleChoiceSuite, subject: str, split: str, data_path: str | None = None) -> list[dict]:
-    folder = suite_dir(suite.folder, "mapping.json", data_path)
+    folder = suite_dir(suite.folder, MAPPING_FILE, data_path)
     mapping = read_mapping(suite, data_path)
     if subject not in mapping:
         raise TaskDataError(f"{suite.name}: unknown subject {subject!r}; mapping.json lists {sorted(mapping)}")

@@ -88,6 +88,11 @@ def build_docs(task: str, records: Sequence[Mapping[str, Any]], tokenizer, max_c
     return docs
 
 
+def data_file(task: str) -> str:
+    """The file of ``task`` (``qasper``, ...) in the ``zeroscrolls`` folder."""
+    return f"{task}.validation.jsonl"
+
+
 def load_dataset(zeroscrolls_task: str, data_path: str | None = None, max_context_tokens: Any = DEFAULT_MAX_CONTEXT_TOKENS, **metadata):
     """lm-eval ``custom_dataset`` for one ZeroSCROLLS task."""
     import datasets
@@ -95,8 +100,7 @@ def load_dataset(zeroscrolls_task: str, data_path: str | None = None, max_contex
     if zeroscrolls_task not in TASKS:
         raise TaskDataError(f"unknown ZeroSCROLLS task {zeroscrolls_task!r}; accepted: {list(TASKS)}")
     budget = as_int(task_name(zeroscrolls_task), "max_context_tokens", max_context_tokens, minimum=1)
-    file_name = f"{zeroscrolls_task}.validation.jsonl"
-    path = suite_dir("zeroscrolls", file_name, data_path) / file_name
+    path = suite_dir("zeroscrolls", data_file(zeroscrolls_task), data_path) / data_file(zeroscrolls_task)
     records = read_jsonl(path, ("id", "input", "output"))
     docs = build_docs(zeroscrolls_task, records, tokenizer_from_metadata(metadata), budget, str(path))
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
