@@ -54,7 +54,7 @@ demo: setup
 	$(BIN)/lm_eval --model lpes_hf --model_args scales=results/demo/scales.json \
 	    --tasks multi_needle --apply_chat_template --metadata '{"num_samples": 1}' --output_path results/demo/lm_eval
 	rm -rf results/demo/vs_reference
-	$(BIN)/python -m lpes_harness.analysis.paired --scales demo=results/demo/scales.json \
+	$(BIN)/python -m lpes_harness.commands.paired --scales demo=results/demo/scales.json \
 	    --scales reference=$(REFERENCE) --no-pi --num-samples 30 --dtype $(DEMO_DTYPE) \
 	    --reuse-scores results/demo --output results/demo/vs_reference
 

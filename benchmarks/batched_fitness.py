@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from lpes_harness.models import positive_int
+from lpes_harness.core.models import positive_int
 
 PERCENTS = (0, 50, 100)
 # A stand-in curve: every layer its own scale (the worst case for the hooks); speed does not
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.answer_logits import resolve_batch_size, score_answers
 
     lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, control_points=CONTROL_POINTS)

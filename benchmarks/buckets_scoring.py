@@ -68,7 +68,7 @@ def main(argv=None) -> int:
 
     from lpes_harness.methods import buckets
     from lpes_harness.lmeval.method_models import BucketsLM
-    from lpes_harness.files import atomic_write_json
+    from lpes_harness.core.files import atomic_write_json
     from lpes_harness.lmeval.answer_logits import score_answers
     from lpes_harness.lmeval.requests import loglikelihood_requests
 

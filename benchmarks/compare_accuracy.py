@@ -19,7 +19,7 @@ Without ``--lpes-scales`` the LPES and PI rows are skipped (there is nothing to 
 
 Every method sees the same held-out samples, so each is compared with vanilla sample by
 sample: the table gives 95 % Wilson intervals and exact McNemar p-values per position and for
-the average, and marks a difference only when it is significant (``lpes_harness.analysis.paired``).
+the average, and marks a difference only when it is significant (``lpes_harness.evaluation.paired``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import os
 import sys
 import time
 
-from lpes_harness.files import atomic_write_json, atomic_write_text
-from lpes_harness.models import positive_int
+from lpes_harness.core.files import atomic_write_json, atomic_write_text
+from lpes_harness.core.models import positive_int
 
 
 def method_specs(lpes_scales: str | None, moice_gates: str | None) -> dict[str, tuple[str, dict]]:
-    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+    from lpes_harness.core.models import BUNDLED_GGUF, bundled_model_dir
 
     specs = {"vanilla": ("hf", {"pretrained": bundled_model_dir(), "gguf_file": BUNDLED_GGUF})}
     if lpes_scales:
@@ -75,7 +75,7 @@ def save_results(results: dict, path: str) -> None:
 
 def paired_task_table(task: str, per_sample: dict[str, dict[int, list[float]]], num_samples) -> dict:
     """Intervals and paired tests against the first method (vanilla) on the same samples."""
-    from lpes_harness.analysis.paired_table import paired_table
+    from lpes_harness.evaluation.paired_table import paired_table
 
     return paired_table({"task": task, "split": "heldout", "num_samples": num_samples, "scores": per_sample})
 
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_samples:
         metadata["num_samples"] = args.num_samples
 
-    from lpes_harness.analysis.paired import scores_from_lm_eval
-    from lpes_harness.analysis.paired_table import format_table, plot_table
+    from lpes_harness.evaluation.paired import scores_from_lm_eval
+    from lpes_harness.evaluation.paired_table import format_table, plot_table
 
     scores: dict[str, dict[str, dict[int, float]]] = {task: {} for task in tasks}
     per_sample: dict[str, dict[str, dict[int, list[float]]]] = {task: {} for task in tasks}

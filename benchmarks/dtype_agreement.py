@@ -14,7 +14,7 @@ position; ``--profile``, default cpu-bf16), for random genomes of its range it m
 The last line prints the figures ``--dtype auto`` is decided on. bfloat16 pays only on
 hardware that runs it natively (CUDA, or a CPU with avx512_bf16 / AMX), and not on every such
 CPU (0.62x float32's rate on an Intel Xeon with avx512_bf16 whose AMX is hidden, so ``auto``
-times it: ``lpes_harness.models.cpu_bf16_speedup``); elsewhere PyTorch emulates it and it is
+times it: ``lpes_harness.core.models.cpu_bf16_speedup``); elsewhere PyTorch emulates it and it is
 slower than float32 (3x on an AVX2 CPU).
 """
 
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from lpes_harness.models import positive_int
+from lpes_harness.core.models import positive_int
 
 
 def spearman(a, b) -> float:
@@ -72,7 +72,7 @@ def random_genomes(spec, count: int, seed: int) -> list:
 
 
 def main(argv=None) -> int:
-    from lpes_harness.search.cli import PROFILES
+    from lpes_harness.commands.search_cli import PROFILES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="cpu-bf16", choices=["cpu", "cpu-bf16"],
@@ -94,9 +94,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lpes_harness import rope
-    from lpes_harness.analysis.paired import score_methods
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core import rope
+    from lpes_harness.evaluation.paired import score_methods
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
     from lpes_harness.search.genome import GenomeSpec
 
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
               "fitness": values, "spearman": rho, "same_parents": parents, "heldout_accuracy_float32": accuracy,
               "samples_per_hour_ratio_bf16_over_fp32": speedup}  # fmt: skip
     if args.json:
-        from lpes_harness.files import atomic_write_json
+        from lpes_harness.core.files import atomic_write_json
 
         atomic_write_json(args.json, result, indent=2)
     print(f"float32 {per_sample['float32']:.2f} s/sample, bfloat16 {per_sample['bfloat16']:.2f} s/sample")

@@ -51,7 +51,7 @@ class Journal:
     """
 
     def __init__(self, path: Path | None):
-        from lpes_harness.files import read_jsonl
+        from lpes_harness.core.files import read_jsonl
 
         self.path = path
         self.entries: dict = {}
@@ -68,7 +68,7 @@ class Journal:
         return self.entries.get(self.key(scales, threshold))
 
     def put(self, scales, threshold, fitness: float, info, forwards: int) -> None:
-        from lpes_harness.files import append_jsonl
+        from lpes_harness.core.files import append_jsonl
 
         self.entries[self.key(scales, threshold)] = (fitness, info, forwards)
         if self.path is not None:

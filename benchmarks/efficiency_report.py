@@ -30,8 +30,8 @@ def head_to_head(record: dict, cache_path: Path) -> list[dict]:
     All bests were scored on the same held-out samples (the cache under ``--output``), so two searches
     compare paired, sample by sample: which found the better curve, not only which gained more over
     vanilla. A pair whose scores are not all in the cache is left out."""
-    from lpes_harness.analysis.score_cache import ScoreCache
-    from lpes_harness.analysis.stats import compare_paired
+    from lpes_harness.evaluation.score_cache import ScoreCache
+    from lpes_harness.evaluation.stats import compare_paired
 
     if not cache_path.is_file():
         return []
@@ -66,7 +66,7 @@ def head_to_head(record: dict, cache_path: Path) -> list[dict]:
 
 
 def format_head_to_head(rows: list[dict]) -> list[str]:
-    from lpes_harness.analysis.stats import format_p
+    from lpes_harness.evaluation.stats import format_p
 
     if not rows:
         return []
@@ -90,7 +90,7 @@ def format_head_to_head(rows: list[dict]) -> list[str]:
 def format_report(record: dict, versus: list[dict] | None = None) -> str:
     """``efficiency.md``: per budget, each method's mean gain over its seeds and each seed's; then, with
     ``versus`` (:func:`head_to_head`), each method against the demo's search seed by seed."""
-    from lpes_harness.analysis.stats import format_p
+    from lpes_harness.evaluation.stats import format_p
 
     settings, runs = record["settings"], record["runs"]
     start = record.get("start")
@@ -142,7 +142,7 @@ def plot_report(record: dict, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from lpes_harness.files import save_figure
+    from lpes_harness.core.files import save_figure
 
     figure = Figure(figsize=(11, 4.2))
     FigureCanvasAgg(figure)

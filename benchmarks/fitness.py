@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from lpes_harness.files import atomic_write_json
-from lpes_harness.models import positive_int
+from lpes_harness.core.files import atomic_write_json
+from lpes_harness.core.models import positive_int
 
 
 def draw_genomes(spec, count: int, seed: int) -> list:
@@ -203,7 +203,7 @@ def sample_scaling(lm, base_config, counts, progress) -> list[dict]:
     """Seconds per evaluation (no racing) as the samples per position grow."""
     from dataclasses import replace
 
-    from lpes_harness import rope
+    from lpes_harness.core import rope
     from lpes_harness.search.fitness import LMEvalFitness
 
     rows = []
@@ -289,9 +289,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lpes_harness import rope
-    from lpes_harness.lm import LPESLM
-    from lpes_harness.models import default_device
+    from lpes_harness.core import rope
+    from lpes_harness.lmeval.lpes_lm import LPESLM
+    from lpes_harness.core.models import default_device
     from lpes_harness.search import GenomeSpec
     from lpes_harness.search.fitness import FitnessConfig
 

@@ -42,9 +42,9 @@ import sys
 import time
 import warnings
 
-from lpes_harness.analysis.leaderboard import latency_label
-from lpes_harness.files import atomic_write_json
-from lpes_harness.models import machine_description, positive_int
+from lpes_harness.commands.leaderboard import latency_label
+from lpes_harness.core.files import atomic_write_json
+from lpes_harness.core.models import machine_description, positive_int
 import torch
 
 PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
@@ -84,7 +84,7 @@ def stand_in_curve(n_layers: int) -> list[float]:
 
 def lpes_scales(path: str | None, n_layers: int) -> list[float]:
     if path:
-        from lpes_harness.scales_file import read_scales_file
+        from lpes_harness.core.scales_file import read_scales_file
 
         return list(read_scales_file(path))
     return stand_in_curve(n_layers)
@@ -124,7 +124,7 @@ def check_setting(label: str, arguments: dict) -> None:
 
     from lpes_harness.methods import METHODS as TABLE
     from lpes_harness.methods import poshidden
-    from lpes_harness.rope_anatomy import LPESError
+    from lpes_harness.core.rope_anatomy import LPESError
 
     module = next(entry for entry in TABLE.values() if entry.label == label).load()
     # Positional hidden-state scaling takes its setting file too: resolve_arguments names and checks all four.
@@ -146,9 +146,9 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
                  string_offset: int, settings: tuple[str, ...] = ()):
     """name -> (install, remove, next_logits) on the one loaded model: every method at its defaults, then
     each ``--setting`` (:func:`parse_setting`) under its own name."""
-    from lpes_harness import rope
+    from lpes_harness.core import rope
     from lpes_harness.methods import buckets, fitm, moice, mspoe, poshidden, string_shift
-    from lpes_harness.models import cache_keyword
+    from lpes_harness.core.models import cache_keyword
 
     def plain_next_logits(ids, mask, positions, cache):
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
@@ -248,7 +248,7 @@ def time_generation(model, next_logits, input_ids, new_tokens: int) -> float:
 
 def spread(values: list[float]) -> dict:
     """Median and the 10-90 % spread (shared with the other benchmarks)."""
-    from lpes_harness.analysis.stats import median_spread
+    from lpes_harness.evaluation.stats import median_spread
 
     return median_spread(values)
 
@@ -318,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from lpes_harness import rope
-    from lpes_harness.models import load_causal_lm
+    from lpes_harness.core import rope
+    from lpes_harness.core.models import load_causal_lm
 
     model, tokenizer = load_causal_lm(args.pretrained, args.gguf_file, dtype=args.dtype, attn_implementation="sdpa")
     prompts = mdqa_prompts(args.samples, args.num_docs)
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen += list(settings)
 
     from lpes_harness.methods.arguments import MethodError
-    from lpes_harness.rope_anatomy import LPESError
+    from lpes_harness.core.rope_anatomy import LPESError
 
     refused = {}
     with warnings.catch_warnings():

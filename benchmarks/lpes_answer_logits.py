@@ -60,8 +60,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from lm_eval.models.huggingface import HFLM
 
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
 
     try:  # before the model load: a wrong subject should not cost a minute

@@ -6,8 +6,8 @@ For each packaged model that is installed, in one process, with a cache folder o
 
 - ``gguf``: ``from_pretrained(gguf_file=...)`` for the tokenizer and the model, as transformers
   reads a GGUF (every load parses and dequantizes the file);
-- ``first load``: :func:`lpes_harness.models.load_causal_lm` with an empty cache, which converts
-  the GGUF and saves the folder (:mod:`lpes_harness.gguf_cache`), once;
+- ``first load``: :func:`lpes_harness.core.models.load_causal_lm` with an empty cache, which converts
+  the GGUF and saves the folder (:mod:`lpes_harness.core.gguf_cache`), once;
 - ``cached``: ``load_causal_lm`` again, which reads the saved folder.
 
 Then lm-eval's ``TaskManager`` as the position scorer builds it (our task folder only) and as
@@ -39,7 +39,7 @@ def model_rows(name: str, repeats: int) -> list[tuple[str, float]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lpes_harness.models import BundledModelMissing, load_causal_lm, resolve_pretrained
+    from lpes_harness.core.models import BundledModelMissing, load_causal_lm, resolve_pretrained
 
     try:
         directory, gguf_file = resolve_pretrained(name)
@@ -78,8 +78,8 @@ def main(argv=None) -> int:
         os.environ["LPES_CACHE_DIR"] = cache  # an empty cache, so the first load converts
         import torch
 
-        from lpes_harness._startup import install
-        from lpes_harness.models import machine_description
+        from lpes_harness.lmeval.startup import install
+        from lpes_harness.core.models import machine_description
 
         install()  # our tasks in lm-eval's default index, as in a user's run (the .pth hook does the same)
 

@@ -26,8 +26,8 @@ import time
 
 import torch
 
-from lpes_harness import curves, rope
-from lpes_harness.models import load_causal_lm, positive_int
+from lpes_harness.core import curves, rope
+from lpes_harness.core.models import load_causal_lm, positive_int
 
 
 def parse_args():
@@ -52,7 +52,7 @@ def parse_args():
 
 def spread(values: list[float]) -> dict:
     """Median and the 10-90 % spread (shared with the other benchmarks)."""
-    from lpes_harness.analysis.stats import median_spread
+    from lpes_harness.evaluation.stats import median_spread
 
     return median_spread(values)
 

@@ -84,8 +84,8 @@ def requests_or_exit(name: str, documents: int | None, questions: int | None) ->
 
 def count_only(args) -> int:
     """``--count-only``: each task's prompt tokens, each whole and shared; no generation."""
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.prefix_generation import prompt_tokens_run, why_not_shared
 
     names = [name.strip() for name in args.task.split(",") if name.strip()]
@@ -121,8 +121,8 @@ def main(argv=None) -> int:
         return count_only(args)
     from lm_eval.models.huggingface import HFLM
 
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, prompt_tokens_run, why_not_shared
 
     # before the model load: a wrong task should not cost a minute

@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.answer_logits import score_answers
 
     scales = args.scales or (REFERENCE if args.pretrained is None and Path(REFERENCE).is_file() else None)

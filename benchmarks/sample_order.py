@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.models import positive_int
+from lpes_harness.core.models import positive_int
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_journal(path: Path, limit: int | None) -> tuple[dict, list[dict]]:
     """The journal's fitness settings and its first ``limit`` evaluations; one line on a bad input."""
-    from lpes_harness.files import read_jsonl
+    from lpes_harness.core.files import read_jsonl
 
     settings_path = path.parent / "efficiency.json"
     if not path.is_file() or not settings_path.is_file():
@@ -84,8 +84,8 @@ def main(argv=None) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
 
     if args.threads:

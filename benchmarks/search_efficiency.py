@@ -72,10 +72,10 @@ does not fall below the current threshold, in which case it is scored again.
 Each run's best (by its own search fitness, complete evaluations only) at each budget is scored
 with vanilla and **the uniform start** (the uniform scale the demo's sweep 1, 0.8 picks with the
 search fitness on the search samples: the same for every method and seed) on the same
-``--heldout-samples`` held-out samples per position (:func:`lpes_harness.analysis.paired.score_methods`
-with a :class:`~lpes_harness.analysis.score_cache.ScoreCache` under ``--output``: vanilla is scored
+``--heldout-samples`` held-out samples per position (:func:`lpes_harness.evaluation.paired.score_methods`
+with a :class:`~lpes_harness.evaluation.score_cache.ScoreCache` under ``--output``: vanilla is scored
 once for all runs, and a rerun resumes), with the paired difference, its 95 % interval
-(:func:`~lpes_harness.analysis.stats.paired_difference_interval`) and the exact McNemar p over both.
+(:func:`~lpes_harness.evaluation.stats.paired_difference_interval`) and the exact McNemar p over both.
 
 Output, in ``--output`` (default ``results/search_efficiency``):
 
@@ -119,7 +119,7 @@ from pathlib import Path
 from efficiency_methods import METHODS, Journal, Run, genome_spec, search, sweep_start
 from efficiency_report import format_report, head_to_head, plot_report, points
 
-from lpes_harness.models import positive_int
+from lpes_harness.core.models import positive_int
 
 # The committed table's budgets: what make demo's 10-minute budget leaves its search at 1.0 s a sample,
 # and what the GA demo's search used (sweep and GA, racing and cache included) before it had a time budget.
@@ -225,8 +225,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def heldout_gain(lm, args, cache, num_layers: int, start: float, scales) -> dict:
     """The best curve, vanilla and the uniform start on the same held-out samples, paired."""
-    from lpes_harness.analysis.paired import score_methods
-    from lpes_harness.analysis.stats import compare_paired
+    from lpes_harness.evaluation.paired import score_methods
+    from lpes_harness.evaluation.stats import compare_paired
 
     spec = genome_spec(args, num_layers)
     methods = {"vanilla": [1.0] * num_layers, "start": spec.uniform(start), "best": list(scales)}
@@ -246,7 +246,7 @@ def heldout_gain(lm, args, cache, num_layers: int, start: float, scales) -> dict
 
 
 def settings_of(args) -> dict:
-    from lpes_harness.models import choose_dtype, default_device
+    from lpes_harness.core.models import choose_dtype, default_device
 
     values = {name: getattr(args, name) for name in FINGERPRINT if name != "dtype"}
     values["dtype"] = choose_dtype(args.dtype, args.device or default_device())
@@ -275,10 +275,10 @@ def main(argv=None) -> int:
         new_forwards, new_heldout = run_missing(args, record, todo, output)
     else:
         print("every (method, seed, budget) asked for is recorded: nothing scored", flush=True)
-    from lpes_harness.files import atomic_write_text
+    from lpes_harness.core.files import atomic_write_text
 
     if record["runs"]:
-        from lpes_harness.analysis.paired import CACHE_FILE
+        from lpes_harness.evaluation.paired import CACHE_FILE
 
         report = format_report(record, head_to_head(record, output / CACHE_FILE))
         atomic_write_text(output / "efficiency.md", report)
@@ -293,11 +293,11 @@ def main(argv=None) -> int:
 def run_missing(args, record: dict, todo: dict, output: Path) -> tuple[int, int]:
     """Load the model, then every missing (method, seed) search and its held-out scoring; returns
     (search forwards scored now, held-out samples scored now)."""
-    from lpes_harness import rope
-    from lpes_harness.analysis.paired import CACHE_FILE, cache_identity
-    from lpes_harness.analysis.score_cache import ScoreCache
-    from lpes_harness.files import atomic_write_json
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.core import rope
+    from lpes_harness.evaluation.paired import CACHE_FILE, cache_identity
+    from lpes_harness.evaluation.score_cache import ScoreCache
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
 
     if args.threads:

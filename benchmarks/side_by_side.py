@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from lpes_harness.models import positive_int
+from lpes_harness.core.models import positive_int
 
 
 def model_flags(dtype: str, pretrained: str = "model (default: the bundled SmolLM2 GGUF)") -> tuple:

@@ -1,6 +1,6 @@
 """Start-up cost of the lm-eval registration hook.
 
-The ``.pth`` file makes every Python start import ``lpes_harness._startup``. This
+The ``.pth`` file makes every Python start import ``lpes_harness.lmeval.startup``. This
 measures, in one run:
 
 - the wall time of ``python -c pass`` (median of N runs; target < 20 ms), and
@@ -37,7 +37,7 @@ def hook_import_us() -> int:
         if not line.startswith("import time:") or "|" not in line:
             continue
         _, cumulative, name = (part.strip() for part in line.split(":", 1)[1].split("|"))
-        if name.strip() == "lpes_harness._startup" or name.strip() == "lpes_harness":
+        if name.strip() == "lpes_harness.lmeval.startup" or name.strip() == "lpes_harness":
             total += int(cumulative)
     return total
 

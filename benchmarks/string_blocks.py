@@ -24,7 +24,7 @@ from latency import mdqa_prompts, spread, time_prefill
 from transformers import DynamicCache
 
 from lpes_harness.methods import string_shift
-from lpes_harness.models import cache_keyword, load_causal_lm, machine_description, positive_int
+from lpes_harness.core.models import cache_keyword, load_causal_lm, machine_description, positive_int
 
 WAYS = ("plain model", "STRING, one block", "STRING, blocks")
 

@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# A session converts each real GGUF once into a cache of its own (lpes_harness.gguf_cache), which its
+# A session converts each real GGUF once into a cache of its own (lpes_harness.core.gguf_cache), which its
 # subprocesses share: so every run of the suite runs the conversion, and no test reads or fills ~/.cache.
 # Under pytest-xdist the workers inherit the controller's folder (its conftest runs first), and only the
 # controller removes it: a worker that finished first must not delete what another still reads.
@@ -79,8 +79,8 @@ def load_benchmark(name: str):
 def converted_bundled_model() -> str:
     """The folder this package's GGUF cache converts the bundled SmolLM2 into, for plain ``hf``: the GGUF's
     logits bit for bit (tests/test_gguf_cache.py), where ``hf`` on the GGUF would dequantize it again (~25 s)."""
-    from lpes_harness.gguf_cache import loadable
-    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+    from lpes_harness.core.gguf_cache import loadable
+    from lpes_harness.core.models import BUNDLED_GGUF, bundled_model_dir
 
     folder, gguf_file = loadable(bundled_model_dir(), BUNDLED_GGUF)
     assert gguf_file is None, "the GGUF cache did not convert the bundled model"

@@ -4,8 +4,8 @@ import pytest
 import torch
 from tiny_models import random_ids, tiny_model
 
-from lpes_harness import rope
-from lpes_harness.analysis import attention
+from lpes_harness.core import rope
+from lpes_harness.commands import attention
 
 
 def _eager_last_rows(model, ids):

@@ -5,7 +5,8 @@ import json
 import pytest
 from transformers import Gemma3TextConfig, LlamaConfig
 
-from lpes_harness.analysis import layer_types as lt
+from lpes_harness.evaluation import layer_types as lt
+from lpes_harness.commands import layer_types as layer_types_command
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_the_command_writes_the_report_and_one_scales_file_per_type(gemma_dir, t
     scales = tmp_path / "scales.json"
     scales.write_text(json.dumps([0.5, 0.6, 0.7, 0.8, 0.9, 1.5]))
     out = tmp_path / "report"
-    assert lt.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)]) == 0
+    assert layer_types_command.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)]) == 0
     only_full = json.loads((out / "only_full_attention.json").read_text())
     assert only_full["scales"] == [1.0] * 5 + [1.5]
     assert json.loads((out / "only_sliding_attention.json").read_text())["scales"] == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -56,12 +57,12 @@ def test_the_command_writes_the_report_and_one_scales_file_per_type(gemma_dir, t
 
 
 def test_the_ablation_files_of_a_base_curve_stay_base(gemma_dir, tmp_path):
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.core.scales_file import write_scales_file
 
     scales = tmp_path / "scales.json"
     write_scales_file(scales, [2.0, 2.0, 2.0, 2.0, 2.0, 1.5], scaling="base")
     out = tmp_path / "report"
-    assert lt.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)]) == 0
+    assert layer_types_command.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)]) == 0
     for kind in ("full_attention", "sliding_attention"):
         assert json.loads((out / f"only_{kind}.json").read_text())["scaling"] == "base"
 
@@ -71,5 +72,5 @@ def test_scales_for_another_model_stop_with_one_line_and_write_nothing(gemma_dir
     scales.write_text(json.dumps([1.0] * 30))
     out = tmp_path / "report"
     with pytest.raises(SystemExit, match="30 layers, the model 6"):
-        lt.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)])
+        layer_types_command.main(["--scales", str(scales), "--pretrained", str(gemma_dir), "--output", str(out)])
     assert not out.exists()

@@ -1,4 +1,4 @@
-"""`python -m lpes_harness.analysis.paired`: several searches on one sample set, resumable, on a tiny checkpoint."""
+"""`python -m lpes_harness.commands.paired`: several searches on one sample set, resumable, on a tiny checkpoint."""
 
 import json
 import os
@@ -8,8 +8,9 @@ import sys
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis.paired import several_lpes_methods
-from lpes_harness.analysis.score_cache import ScoreCache
+from lpes_harness.evaluation.paired import several_lpes_methods
+from lpes_harness.evaluation.score_cache import ScoreCache
+from lpes_harness.commands import paired as paired_command
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def checkpoint(tmp_path_factory):
 
 def paired(*args):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    command = [sys.executable, "-m", "lpes_harness.analysis.paired", *args]
+    command = [sys.executable, "-m", "lpes_harness.commands.paired", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -188,9 +189,9 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
     """lm-eval's own ``hf`` model is vanilla: through the baseline path (lm-eval loglikelihood) it must
     give vanilla's per-sample scores, read through lpes_hf's shared-prefix scorer. Log-probabilities,
     not 0/1, so that a random model's all-zero accuracy cannot make the comparison pass."""
-    from lpes_harness.analysis.baseline_rows import Baseline, load_baseline_lm
-    from lpes_harness.analysis.paired import score_methods
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.evaluation.baseline_rows import Baseline, load_baseline_lm
+    from lpes_harness.evaluation.paired import score_methods
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
     loaded = []
@@ -255,8 +256,8 @@ def test_a_bad_baseline_is_named_before_anything_loads(tmp_path, baseline, messa
 def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypatch):
     """Scores reach the cache every CHUNK samples (the same samples at every position), not once per
     position: a killed run resumes from its last chunk, and scores nothing twice."""
-    from lpes_harness.analysis import paired as module
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.evaluation import paired as module
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.position_scorer import PositionScorer
 
     monkeypatch.setattr(module, "CHUNK", 12)  # 6 positions: 2 samples of each a chunk
@@ -291,8 +292,8 @@ def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypat
 
 
 def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
-    import lpes_harness.models as models
-    from lpes_harness.analysis.paired import run_dtype
+    import lpes_harness.core.models as models
+    from lpes_harness.evaluation.paired import run_dtype
 
     monkeypatch.setattr(models, "default_device", lambda: "cpu")
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda cpuinfo=None: True)
@@ -309,7 +310,7 @@ def test_auto_dtype_is_resolved_before_it_keys_the_score_cache(monkeypatch):
 def test_the_sample_bar_still_reports_into_a_log_file(capsys):
     """tqdm's default goes silent when stderr is not a terminal; a run sent to a log file (nohup,
     setsid) would then print nothing for an hour. The bar reports there, and --no-progress silences it."""
-    from lpes_harness.analysis.paired import sample_bar
+    from lpes_harness.evaluation.paired import sample_bar
 
     with sample_bar(3) as progress:
         progress("LPES", 50, 3)
@@ -322,7 +323,7 @@ def test_the_sample_bar_still_reports_into_a_log_file(capsys):
 def test_curves_of_different_scalings_share_one_run_and_one_cache(checkpoint, tmp_path):
     """A position curve and a both curve: scored on one both model, the position curve as itself with base
     factors 1 (bit for bit its own scaling), keyed as itself, so a position-only run's scores are reused."""
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.core.scales_file import write_scales_file
 
     position, both = tmp_path / "position.json", tmp_path / "both.json"
     write_scales_file(position, [1.0, 1.5, 2.0, 2.0])
@@ -346,9 +347,9 @@ def test_curves_of_different_scalings_share_one_run_and_one_cache(checkpoint, tm
 def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(checkpoint, tmp_path, monkeypatch):
     """--batch-size: in float32 a padded batch gives each sample the score it gets alone; a chunk between
     two cache writes is the larger of CHUNK and the batch, so a batch is never cut in two."""
-    import lpes_harness.analysis.paired as module
-    from lpes_harness.analysis.score_cache import ScoreCache
-    from lpes_harness.lm import LPESLM
+    import lpes_harness.evaluation.paired as module
+    from lpes_harness.evaluation.score_cache import ScoreCache
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
     run = dict(num_samples=3, metadata={"num_pairs": 3}, mode="logprob")
@@ -375,17 +376,17 @@ def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(chec
 
 @pytest.mark.parametrize("text", ["0", "-2", "many", "1.5"])
 def test_a_bad_batch_size_is_one_line(text, capsys):
-    from lpes_harness.analysis import paired
+    from lpes_harness.evaluation import paired
 
     with pytest.raises(SystemExit) as stop:
-        paired.main(["--scales", "s.json", "--output", "out", "--batch-size", text])
+        paired_command.main(["--scales", "s.json", "--output", "out", "--batch-size", text])
     assert stop.value.code == 2 and "a positive integer or 'auto'" in capsys.readouterr().err
 
 
 def test_a_uniform_row_of_base_scaling_says_so_in_its_name():
     """A table holds position and base rows side by side (the SmolLM2 leaderboard): "uniform 0.75" alone
     would not say which factor it is."""
-    from lpes_harness.analysis.paired import lpes_methods, uniform_name
+    from lpes_harness.evaluation.paired import lpes_methods, uniform_name
 
     assert uniform_name(0.75) == "uniform 0.75" and uniform_name(0.75, "base") == "uniform base 0.75"
     assert uniform_name((1.2, 2.0), "both") == "uniform 1.2:2"

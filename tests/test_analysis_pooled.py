@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from lpes_harness.analysis import pooled
-from lpes_harness.analysis.stats import compare_paired
+from lpes_harness.evaluation import pooled
+from lpes_harness.evaluation.stats import compare_paired
+from lpes_harness.commands import pooled as pooled_command
 
 
 def _write_table(folder, metadata, scores):
@@ -70,7 +71,7 @@ def test_refuses_rows_of_unequal_samples(tmp_path):
 
 def test_cli_prints_the_table_and_writes_json(two_tables, tmp_path, capsys):
     out = tmp_path / "pooled.json"
-    pooled.main([str(two_tables[0]), str(two_tables[1] / "heldout.json"), "--json", str(out)])
+    pooled_command.main([str(two_tables[0]), str(two_tables[1] / "heldout.json"), "--json", str(out)])
     text = capsys.readouterr().out
     assert "16 paired samples a row" in text and "| curve | vanilla |" in text
     saved = json.loads(out.read_text())
@@ -79,5 +80,5 @@ def test_cli_prints_the_table_and_writes_json(two_tables, tmp_path, capsys):
 
 def test_cli_rejects_a_folder_without_a_table(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        pooled.main([str(tmp_path)])
+        pooled_command.main([str(tmp_path)])
     assert "no heldout.json" in capsys.readouterr().err

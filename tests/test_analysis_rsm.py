@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_models import random_ids, save_tiny_checkpoint, tiny_model
 
-from lpes_harness import rope
-from lpes_harness.analysis import rsm
+from lpes_harness.core import rope
+from lpes_harness.commands import rsm
 
 
 def test_layer_similarity_is_cosine_with_unit_diagonal():

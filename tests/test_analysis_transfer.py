@@ -1,12 +1,13 @@
-"""`python -m lpes_harness.analysis.transfer`: curves on conditions no search saw, one table."""
+"""`python -m lpes_harness.commands.transfer`: curves on conditions no search saw, one table."""
 
 import json
 
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis import transfer
-from lpes_harness.analysis.conditions import parse_condition
+from lpes_harness.evaluation import transfer
+from lpes_harness.evaluation.conditions import parse_condition
+from lpes_harness.commands import transfer as transfer_command
 
 
 def test_a_condition_is_a_name_and_task_options():
@@ -34,7 +35,7 @@ def test_the_condition_becomes_a_paired_command_line(tmp_path):
 
 def heldout(vanilla, lpes):
     """A hand-made heldout.json: per-sample scores of two methods at two positions."""
-    from lpes_harness.analysis.paired_table import paired_table
+    from lpes_harness.evaluation.paired_table import paired_table
 
     scored = {"task": "needle", "split": "heldout", "num_samples": 4, "mode": "generate", "chat_template": False,
               "metadata": {}, "methods": {"vanilla": [1.0], "LPES a": [1.5]},
@@ -55,7 +56,7 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
     scales = tmp_path / "s.json"
     scales.write_text(json.dumps([1.0, 1.5, 2.0, 2.0]))
     out = tmp_path / "transfer"
-    transfer.main(["--scales", f"a={scales}", "--pretrained", str(checkpoint), "--num-samples", "1", "--seed", "3",
+    transfer_command.main(["--scales", f"a={scales}", "--pretrained", str(checkpoint), "--num-samples", "1", "--seed", "3",
                    "--baseline", "Buckets=buckets_hf:bases=0.5;1.0",
                    "--condition", 'short={"task": "needle", "num_sentences": 4}',
                    "--condition", 'longer={"task": "needle", "num_sentences": 8}', "--output", str(out)])
@@ -76,7 +77,7 @@ def test_transfer_runs_each_condition_on_a_tiny_model(tmp_path):
 def test_a_bad_baseline_stops_before_any_condition_is_scored(tmp_path, capsys, baselines, message):
     out = tmp_path / "transfer"
     with pytest.raises(SystemExit) as stopped:
-        transfer.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--output", str(out),
+        transfer_command.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--output", str(out),
                        *[arg for spec in baselines for arg in ("--baseline", spec)]])
     assert stopped.value.code == 2 and message in capsys.readouterr().err and not out.exists()
 
@@ -88,14 +89,14 @@ def test_a_bad_baseline_stops_before_any_condition_is_scored(tmp_path, capsys, b
 def test_a_bad_condition_stops_before_any_condition_is_scored(tmp_path, capsys, condition, message):
     out = tmp_path / "transfer"
     with pytest.raises(SystemExit) as stopped:
-        transfer.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--condition", condition,
+        transfer_command.main(["--scales", "a=s.json", "--condition", 'fine={"num_sentences": 10}', "--condition", condition,
                        "--output", str(out)])
     assert stopped.value.code == 2 and message in capsys.readouterr().err and not out.exists()
 
 
 def test_a_bad_batch_size_is_refused_before_any_condition(capsys, tmp_path):
     with pytest.raises(SystemExit) as stop:
-        transfer.main(["--scales", "a=s.json", "--condition", 'x={"num_sentences": 10}', "--batch-size", "0",
+        transfer_command.main(["--scales", "a=s.json", "--condition", 'x={"num_sentences": 10}', "--batch-size", "0",
                        "--output", str(tmp_path / "out")])
     assert stop.value.code == 2 and "a positive integer or 'auto'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -7,7 +7,7 @@ import pytest
 from lm_eval.api.model import LM
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis.validity import check_task, format_report
+from lpes_harness.commands.check import check_task, format_report
 
 NUMBER = re.compile(r"special magic number for (\w+) is (\d+)")
 
@@ -95,7 +95,7 @@ def test_a_task_at_the_floor_is_not_called_valid():
 
 
 def test_check_runs_on_a_tiny_model(tmp_path):
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     lm = LPESLM(pretrained=save_tiny_checkpoint(tmp_path, "llama"), device="cpu")
     result = check_task(lm, "needle", num_samples=2, metadata={"num_sentences": 4})
@@ -105,7 +105,7 @@ def test_check_runs_on_a_tiny_model(tmp_path):
 
 def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
     """`lpes-check --grid`: one row per setting, one result file each, and a rerun reads them back."""
-    from lpes_harness.analysis import validity
+    from lpes_harness.commands import check as validity
 
     checkpoint = str(save_tiny_checkpoint(tmp_path, "llama"))
     out = tmp_path / "calibration"
@@ -132,7 +132,7 @@ def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
     ('{"num_sentence": [4]}', "did you mean 'num_sentences'"),
 ])
 def test_a_bad_grid_stops_before_the_model_loads(grid, message, capsys):
-    from lpes_harness.analysis import validity
+    from lpes_harness.commands import check as validity
 
     with pytest.raises(SystemExit) as stopped:
         validity.main(["--task", "needle", "--pretrained", "/nonexistent", "--grid", grid])

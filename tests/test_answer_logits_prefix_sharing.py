@@ -3,7 +3,7 @@
 import pytest
 from tiny_models import save_tiny_checkpoint, tiny_gemma3, tiny_tokenizer
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 from lpes_harness.lmeval import answer_logits
 from lpes_harness.lmeval.answer_logits import score_answers
 

@@ -2,11 +2,11 @@
 
 - no import cycle between files, counting the imports inside functions (a function-local
   import hides a cycle from Python, not from a reader);
-- the layers (:data:`LAYERS`, lowest first: core, methods, lmeval and tasks, evaluation, search,
-  commands): every module is in one (:data:`LAYER_OF`), and none imports from a layer above its
-  own, function-local imports included (data flows down: a command asks evaluation or search,
-  which ask the methods and lm-eval, which stand on the core);
-- ``analysis/``, ``lmeval/`` and ``tasks/`` never import ``search/``;
+- the layers (:data:`LAYERS`, lowest first: core, methods, tasks, lmeval, evaluation, search,
+  commands) are the top-level folders of the package: a module's folder is its layer (no map), and
+  none imports from a layer above its own, function-local imports included (data flows down: a
+  command asks evaluation or search, which ask the methods and lm-eval, which stand on the core);
+- ``def main`` only under ``commands/``;
 - no module-level ``__getattr__`` (a re-export shim keeps a moved name alive at two addresses);
 - no private lm-eval name outside ``lpes_harness/lmeval/`` (the one place that knows its insides);
 - no module over 450 lines (nor a script of benchmarks/ or searches/).
@@ -119,59 +119,22 @@ def _cycle_within(group: set[str], graph: dict[str, set[str]]) -> list[str]:
 
 MODULES = parse_modules()
 
-# The layers, lowest first: a module may import from its own layer and the ones below.
-LAYERS = ("core", "methods", "lmeval and tasks", "evaluation", "search", "commands")
-
-# Every module of lpes_harness (without the ``lpes_harness.`` prefix; "" is the package) and its layer.
-# A module that is a library and a command at once (an analysis module with a main()) is in the
-# layer of its library part: where its importers need it, which its own imports allow.
-LAYER_OF = {
-    **dict.fromkeys((
-        "", "arg_values", "curves", "files", "gguf_cache", "models", "named_path", "plots", "rope", "rope_anatomy", "rope_factors",
-        "rope_math", "scales_args", "scales_file", "scaling",
-    ), "core"),
-    # every way of changing a model at inference, the table of them, and what they share
-    **dict.fromkeys((
-        "methods", "methods.arguments", "methods.attention", "methods.buckets", "methods.decoding", "methods.fitm",
-        "methods.model_checks", "methods.moice", "methods.mspoe", "methods.parameters", "methods.poshidden",
-        "methods.query_rows", "methods.state", "methods.string_shift", "methods.train_moice",
-    ), "methods"),
-    # lm-eval's side: registration (the .pth hook, lpes-eval's register), our lm-eval models, the tasks
-    **dict.fromkeys((
-        "_startup", "plugin", "lm", "lmeval", "lmeval.answer_logits", "lmeval.contract",
-        "lmeval.hflm", "lmeval.method_lm", "lmeval.method_models", "lmeval.model_args", "lmeval.position_scorer", "lmeval.prefix_generation",
-        "lmeval.registration", "lmeval.requests", "lmeval.tasks",
-        "tasks", "tasks.data", "tasks.kv_retrieval", "tasks.mdqa", "tasks.metrics", "tasks.multi_needle",
-        "tasks.needle", "tasks.position", "tasks.suites", "tasks.suites.common", "tasks.suites.data_files", "tasks.suites.leval",
-        "tasks.suites.multiple_choice", "tasks.suites.yaml_files", "tasks.suites.zeroscrolls",
-    ), "lmeval and tasks"),
-    # the library under the commands: methods scored on the same samples, caches, statistics, tables
-    **dict.fromkeys((
-        "analysis", "analysis.baseline_rows", "analysis.calibration", "analysis.conditions", "analysis.inputs",
-        "analysis.layer_types", "analysis.leaderboard_rows", "analysis.logged_samples", "analysis.paired",
-        "analysis.paired_table", "analysis.pooled",
-        "analysis.report_tables", "analysis.results_files", "analysis.score_cache", "analysis.search_history",
-        "analysis.stats", "analysis.transfer", "analysis.wrong_answers",
-        "methods.poshidden_channel",  # the channel statistic, then candidates scored on a task's samples
-    ), "evaluation"),
-    **dict.fromkeys((
-        "search", "search.budget", "search.callbacks", "search.condition_fitness", "search.config",
-        "search.distributed", "search.final_choice", "search.fingerprint", "search.fitness", "search.genome",
-        "search.heldout", "search.loop", "search.operators", "search.profiles", "search.run_record",
-        "search.sample_order", "search.selection", "search.sweep", "search.timing", "search.uniform_tuning",
-        "search.validate",
-    ), "search"),
-    # entry points: lpes-search (run, its parser cli, its --status), lpes-report, lpes-check (validity), python -m ...
-    **dict.fromkeys((
-        "report", "search.run", "search.cli", "search.status", "search.tune_baselines", "analysis.attention", "analysis.rsm",
-        "analysis.validity", "tasks.__main__",
-        "analysis.leaderboard", "analysis.leaderboard_boards",  # the leaderboard page, and the tables it ranks
-    ), "commands"),
-}
+# The layers, lowest first: a module may import from its own layer and the ones below. A module's
+# layer is the top-level folder it sits in (the package's own ``__init__`` stands with the core):
+# moving a file to another folder is moving it to another layer, and no list names modules.
+# ``tasks`` sits below ``lmeval``: the task definitions know nothing of lm-eval's objects; the
+# glue that turns them into lm-eval tasks is lm-eval's side.
+LAYERS = ("core", "methods", "tasks", "lmeval", "evaluation", "search", "commands")
 
 
 def layer_of(module: str, package: str = PACKAGE_DIR.name) -> str | None:
-    return LAYER_OF.get(module[len(package) + 1:] if module != package else "")
+    """``lpes_harness.search.loop`` -> ``search``; the package itself -> ``core``; a module loose
+    at the top (no folder) or in a folder that is no layer -> ``None``."""
+    if module == package:
+        return "core"
+    parts = module[len(package) + 1:].split(".")
+    is_folder = (PACKAGE_DIR.parent / package / parts[0]).is_dir() if package == PACKAGE_DIR.name else len(parts) > 1
+    return parts[0] if parts[0] in LAYERS and (len(parts) > 1 or is_folder) else None
 
 
 def upward_imports(graph: dict[str, set[str]], layer=layer_of) -> list[str]:
@@ -185,18 +148,25 @@ def upward_imports(graph: dict[str, set[str]], layer=layer_of) -> list[str]:
     )
 
 
+def main_definitions(modules: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """Modules that define a top-level ``main``: a command's entry point."""
+    return sorted(
+        name for name, (path, tree) in modules.items()
+        if any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body)
+    )
+
+
 def test_no_import_cycle_between_files():
     cycles = import_cycles(import_graph(MODULES))
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
 
 
-def test_every_module_is_in_one_layer():
-    names = {layer_of(module) for module in MODULES}
-    unplaced = sorted(module for module in MODULES if layer_of(module) is None)
-    assert not unplaced, f"modules in no layer (add them to LAYER_OF): {unplaced}"
-    assert names <= set(LAYERS)
-    gone = sorted(set(LAYER_OF) - {module.partition(".")[2] for module in MODULES})
-    assert not gone, f"LAYER_OF names modules that are not there: {gone}"
+def test_every_module_is_in_a_layer_folder():
+    """No module lies loose in ``lpes_harness/`` or in a folder that is not a layer."""
+    loose = sorted(module for module in MODULES if layer_of(module) is None)
+    assert not loose, f"modules outside the layer folders {LAYERS}: {loose}"
+    folders = sorted(path.name for path in PACKAGE_DIR.iterdir() if path.is_dir() and path.name != "__pycache__")
+    assert folders == sorted(LAYERS), folders
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
@@ -204,16 +174,9 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not offenders, offenders
 
 
-def test_analysis_lmeval_and_tasks_never_import_search():
-    graph = import_graph(MODULES)
-    lower = ("lpes_harness.analysis", "lpes_harness.lmeval", "lpes_harness.tasks")
-    offenders = sorted(
-        f"{module} imports {target}"
-        for module, targets in graph.items()
-        if module.startswith(lower)
-        for target in targets
-        if target == "lpes_harness.search" or target.startswith("lpes_harness.search.")
-    )
+def test_main_only_under_commands():
+    """Every ``main()`` (a parser and its printing) lives in ``commands/``: the library below never parses."""
+    offenders = [name for name in main_definitions(MODULES) if layer_of(name) != "commands"]
     assert not offenders, offenders
 
 
@@ -289,9 +252,26 @@ def test_the_graph_sees_function_local_imports_and_cycles(tmp_path):
     (package / "c.py").write_text("import lm_eval\nfrom lm_eval.api import _private\nx = lm_eval.api._hidden\n")
     modules = parse_modules(package)
     assert import_cycles(import_graph(modules)) == [["toy.a", "toy.b", "toy.a"]]
-    toy_layers = {"toy.a": "core", "toy.b": "methods", "toy.c": "commands"}.get
-    assert upward_imports(import_graph(modules), toy_layers) == ["toy.a (core) imports toy.b (methods)"]
     assert _private_lm_eval_uses(modules["toy.c"][1]) == ["lm_eval.api._hidden", "lm_eval.api._private"]
+
+
+def test_a_module_in_the_wrong_folder_fails(tmp_path):
+    """The layer is read from the folder: a core module that imports a command is caught, and so is a
+    module loose at the top or a main() outside commands/ (a toy package, so the check can fail)."""
+    package = tmp_path / "toy"
+    for folder in ("core", "search", "commands"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "core" / "rope.py").write_text("from toy.commands.cli import parse\n")
+    (package / "commands" / "cli.py").write_text("from toy.core import rope\n\ndef main():\n    pass\n")
+    (package / "search" / "run.py").write_text("from toy.core import rope\n\ndef main():\n    pass\n")
+    (package / "loose.py").write_text("")
+    modules = parse_modules(package)
+    layer = lambda module: layer_of(module, "toy")  # noqa: E731
+    assert upward_imports(import_graph(modules), layer) == ["toy.core.rope (core) imports toy.commands.cli (commands)"]
+    assert layer("toy.loose") is None and layer("toy") == "core" and layer("toy.search.run") == "search"
+    assert [name for name in main_definitions(modules) if layer(name) != "commands"] == ["toy.search.run"]
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def inputs(folder: Path) -> dict[str, str]:
     paths["config_only_model"] = str(config_only)
     (folder / "no_results_here").mkdir(exist_ok=True)
     paths["no_results_here"] = str(folder / "no_results_here")
-    from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
+    from lpes_harness.core.models import BUNDLED_GGUF, bundled_model_dir
 
     paths["bundled_gguf"] = os.path.join(bundled_model_dir(), BUNDLED_GGUF)
     return paths
@@ -213,8 +213,8 @@ def command(row) -> list[str]:
         # No site: no .pth start-up hook. lpes-eval must install the checks itself.
         code = (
             "import sys; sys.path.append(sys.argv.pop(1)); "
-            "assert 'lpes_harness._startup' not in sys.modules; "
-            "from lpes_harness.plugin import main; sys.argv[0] = 'lpes-eval'; main()"
+            "assert 'lpes_harness.lmeval.startup' not in sys.modules; "
+            "from lpes_harness.commands.eval import main; sys.argv[0] = 'lpes-eval'; main()"
         )
         return [sys.executable, "-S", "-c", code, _site_packages(), *row["args"]]
     return [str(BIN / tool), *row["args"]]

@@ -20,7 +20,7 @@ def test_requests_are_the_tasks_own_one_per_choice():
 
 def test_an_unknown_subject_is_refused_before_any_model_load(monkeypatch):
     module = load("lpes_answer_logits")
-    monkeypatch.setattr("lpes_harness.lm.LPESLM", None)  # loading a model would fail loudly here
+    monkeypatch.setattr("lpes_harness.lmeval.lpes_lm.LPESLM", None)  # loading a model would fail loudly here
     with pytest.raises(SystemExit, match="--subject 'nope': no task mmlu_continuation_local_nope"):
         module.main(["--subject", "nope"])
 

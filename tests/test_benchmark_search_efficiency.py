@@ -98,7 +98,7 @@ def test_repair_makes_any_cma_vector_a_valid_genome(methods):
 
 def test_the_hardest_sample_order_replays_the_journal_with_the_same_results(finished, tmp_path):
     """benchmarks/sample_order.py: the same evaluations in the hardest order, nothing selected changes."""
-    from lpes_harness.files import read_jsonl
+    from lpes_harness.core.files import read_jsonl
 
     _, out = finished
     journal = read_jsonl(out / "evaluations.jsonl")
@@ -143,7 +143,7 @@ def test_each_budgets_mean_says_over_how_many_seeds(report, tmp_path):
 
 def test_each_method_is_compared_with_the_demos_search_on_the_same_samples(report, tmp_path):
     """The head-to-head pairs two searches' bests sample by sample from the held-out score cache."""
-    from lpes_harness.analysis.score_cache import ScoreCache
+    from lpes_harness.evaluation.score_cache import ScoreCache
 
     curve, other = [0.8, 0.9, 1.0, 1.1], [0.7, 0.9, 1.1, 1.3]
     scores = {  # two positions of 4 samples: the demo's curve right on 6, the other on 4, both right on 3

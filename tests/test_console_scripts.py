@@ -20,10 +20,10 @@ def test_every_console_script_names_a_function():
 
 
 def test_lpes_search_is_the_search_command():
-    assert SCRIPTS["lpes-search"] == "lpes_harness.search.run:main"
+    assert SCRIPTS["lpes-search"] == "lpes_harness.commands.search:main"
     # The installed script where the venv has it (after `make setup`), else the same entry point.
     script = Path(sys.executable).with_name("lpes-search")
-    command = [str(script)] if script.exists() else [sys.executable, "-c", "from lpes_harness.search.run import main; main()"]
+    command = [str(script)] if script.exists() else [sys.executable, "-c", "from lpes_harness.commands.search import main; main()"]
     done = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "--population" in done.stdout and "--profile" in done.stdout

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from lpes_harness import curves
-from lpes_harness.curves import (
+from lpes_harness.core import curves
+from lpes_harness.core.curves import (
     CURVES,
     bezier_eval,
     bezier_t_for_x,

@@ -3,8 +3,8 @@
 import torch
 from tiny_models import random_ids, tiny_model
 
-from lpes_harness import models, rope
-from lpes_harness.models import choose_dtype, cpu_has_native_bf16
+from lpes_harness.core import models, rope
+from lpes_harness.core.models import choose_dtype, cpu_has_native_bf16
 
 AVX2 = "processor : 0\nflags : fpu sse sse2 avx avx2 fma\n"
 AVX512_BF16 = "processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n"
@@ -14,12 +14,12 @@ AMX = "processor : 0\nflags : fpu avx2 amx_bf16 amx_tile\n"
 def test_auto_picks_bfloat16_only_where_it_is_native(monkeypatch):
     assert not cpu_has_native_bf16(AVX2)
     assert cpu_has_native_bf16(AVX512_BF16) and cpu_has_native_bf16(AMX)
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
     assert choose_dtype("auto", "cpu") == "float32"
     assert choose_dtype("auto", "cuda") == "bfloat16"
     assert choose_dtype("float16", "cpu") == "float16"
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
-    monkeypatch.setattr("lpes_harness.models.cpu_bf16_speedup", lambda: 2.0)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_bf16_speedup", lambda: 2.0)
     assert choose_dtype("auto", "cpu") == "bfloat16"
 
 

@@ -53,8 +53,8 @@ def test_gemma3_at_all_scales_one_gives_its_hidden_states_bit_for_bit_and_a_curv
     _needs_gemma()
     import torch
 
-    from lpes_harness import rope
-    from lpes_harness.models import load_causal_lm
+    from lpes_harness.core import rope
+    from lpes_harness.core.models import load_causal_lm
 
     model, tokenizer = load_causal_lm("gemma3-270m")
     ids = tokenizer("The river runs past the old mill. " * 80, return_tensors="pt").input_ids

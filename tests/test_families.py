@@ -25,7 +25,7 @@ import pytest
 import torch
 from tiny_models import cached_and_recomputed_greedy, logits, random_ids, tiny_family_model
 
-from lpes_harness import rope, rope_anatomy
+from lpes_harness.core import rope, rope_anatomy
 from lpes_harness.methods import buckets, moice, mspoe
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
@@ -257,7 +257,7 @@ def test_cached_greedy_generation_equals_full_recomputation(family):
 @pytest.mark.parametrize("family", ids_of(SUPPORTED))
 def test_the_answer_logits_output_layer_is_the_models_own(family):
     """What the answer-logits scorers run after the decoder gives the model's own logits (Granite divides them)."""
-    from lpes_harness.models import output_layer
+    from lpes_harness.core.models import output_layer
 
     model = build(family)
     ids = random_ids(LENGTH)

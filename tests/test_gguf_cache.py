@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lpes_harness import gguf_cache
-from lpes_harness.models import load_causal_lm, resolve_pretrained
+from lpes_harness.core import gguf_cache
+from lpes_harness.core.models import load_causal_lm, resolve_pretrained
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""The leaderboard (``python -m lpes_harness.analysis.leaderboard``): committed per-sample records in, one page out.
+"""The leaderboard (``python -m lpes_harness.commands.leaderboard``): committed per-sample records in, one page out.
 
-- its paired numbers are :mod:`lpes_harness.analysis.stats`'s on the same samples, to vanilla and to the
+- its paired numbers are :mod:`lpes_harness.evaluation.stats`'s on the same samples, to vanilla and to the
   best LPES row, from either kind of record (a paired ``heldout.json``, a kept ``lpes-report`` folder);
 - rows are named for what they ran: one factor on every layer it moved is PI (position or base, with
   ``layer_type`` or ``pi=true``), not LPES; vanilla through ``lpes_hf`` is the plain model;
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from lpes_harness.analysis import leaderboard
-from lpes_harness.analysis.leaderboard import main, render
-from lpes_harness.analysis.leaderboard_boards import Board
-from lpes_harness.analysis.leaderboard_rows import LeaderboardError, read_table
-from lpes_harness.analysis.stats import accuracy_with_interval, compare_paired, format_p
+from lpes_harness.commands import leaderboard
+from lpes_harness.commands.leaderboard import main, render
+from lpes_harness.evaluation.leaderboard_boards import Board
+from lpes_harness.evaluation.leaderboard_rows import LeaderboardError, read_table
+from lpes_harness.evaluation.stats import accuracy_with_interval, compare_paired, format_p
 from lpes_harness.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def _row_line(page: str, name: str) -> str:
 
 
 def _paired_record(tmp_path: Path, rows: dict) -> str:
-    """A heldout.json as python -m lpes_harness.analysis.paired writes it: row -> (scales or model:args, scores)."""
+    """A heldout.json as python -m lpes_harness.commands.paired writes it: row -> (scales or model:args, scores)."""
     scored = {"task": "multi_needle", "split": "heldout", "num_samples": PER_POSITION,
               "methods": {name: ran for name, (ran, _) in rows.items()},
               "scores": {name: scores for name, (_, scores) in rows.items()}}

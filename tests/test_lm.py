@@ -8,10 +8,10 @@ import pytest
 from lm_eval.api.instance import Instance
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness import curves, rope
-from lpes_harness.lm import LPESLM
-from lpes_harness.scales_args import parse_scales
-from lpes_harness.scales_file import ScalesError, ScalesFileError, write_scales_file
+from lpes_harness.core import curves, rope
+from lpes_harness.lmeval.lpes_lm import LPESLM
+from lpes_harness.core.scales_args import parse_scales
+from lpes_harness.core.scales_file import ScalesError, ScalesFileError, write_scales_file
 
 REQUESTS = [("The quick brown", " fox jumps"), ("Lost in the", " middle of it"), ("abc", "def")]
 
@@ -126,7 +126,7 @@ def test_start_up_hook_registers_lpes_hf_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # lm-eval's own models must stay available next to ours.
-    assert out.stdout.strip() == "lpes_harness.lm HFLM"
+    assert out.stdout.strip() == "lpes_harness.lmeval.lpes_lm HFLM"
 
 
 def test_position_tasks_are_found_without_include_path():

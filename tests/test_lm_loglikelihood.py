@@ -8,7 +8,7 @@ from lm_eval.models.huggingface import HFLM
 from loglikelihood_cases import REQUESTS, instances, output_layer_positions
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "mistral"])

@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 from lpes_harness.lmeval.answer_logits import resolve_batch_size, score_answers
 
 # Mixed lengths (padding in every batch), one or several answers per context, answers of
@@ -54,7 +54,7 @@ def test_batched_scores_equal_the_per_prompt_scores(lm, batch_size):
 
 
 def test_the_scales_matter_so_the_comparison_is_not_vacuous(lm):
-    from lpes_harness import rope
+    from lpes_harness.core import rope
 
     pairs = all_pairs()
     scaled = score_answers(lm, pairs, batch_size=4)

@@ -2,7 +2,7 @@
 
 import logging
 
-from lpes_harness import _startup
+from lpes_harness.lmeval import startup as _startup
 from lpes_harness.lmeval import contract, registration
 from lpes_harness.lmeval import tasks as glue
 from lpes_harness.lmeval.model_args import MODEL_ARGS

@@ -5,12 +5,14 @@ import torch
 from lm_eval.api.instance import Instance
 from tiny_models import random_ids, save_tiny_checkpoint, tiny_gemma3, tiny_model, tiny_tokenizer
 
-from lpes_harness.methods import buckets, moice, mspoe, train_moice
+from lpes_harness.methods import buckets, moice, mspoe
+
+from lpes_harness.commands import train_moice
 from lpes_harness.methods.arguments import MethodError
-from lpes_harness.rope_anatomy import LPESError
+from lpes_harness.core.rope_anatomy import LPESError
 from lpes_harness.lmeval.method_lm import BOUND
 from lpes_harness.lmeval.method_models import BucketsLM, FitMLM, MsPoELM, PosHiddenLM
-from lpes_harness.models import cache_keyword
+from lpes_harness.core.models import cache_keyword
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from tiny_models import ARCHITECTURES, random_ids, tiny_gemma3, tiny_gemma3_multimodal, tiny_model
 
-from lpes_harness import rope
+from lpes_harness.core import rope
 from lpes_harness.methods import attention, buckets, moice, mspoe
 
 pytestmark = pytest.mark.filterwarnings("ignore:moice_hf without gates")

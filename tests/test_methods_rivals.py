@@ -19,7 +19,9 @@ from lm_eval.models.huggingface import HFLM
 from conftest import converted_bundled_model
 from tiny_models import logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
-from lpes_harness.methods import fitm, poshidden, poshidden_channel, string_shift
+from lpes_harness.methods import fitm, poshidden, string_shift
+
+from lpes_harness.commands import poshidden_channel
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.lmeval.method_lm import BOUND
 from lpes_harness.lmeval.method_models import FitMLM, PosHiddenLM
@@ -613,7 +615,7 @@ def test_the_selection_picks_the_best_channel_and_factor_on_a_position_task(eigh
 @pytest.mark.slow
 def test_each_rival_on_the_bundled_model_is_vanilla_at_identity_and_moves_otherwise():
     """SmolLM2-135M from its GGUF: 9 query heads on 3 kv heads, theta 1e5, one model load."""
-    from lpes_harness.models import load_causal_lm
+    from lpes_harness.core.models import load_causal_lm
 
     model, tokenizer = load_causal_lm(attn_implementation="sdpa")
     prompt = ("Document [1] The Eiffel Tower is in Paris. Document [2] The Colosseum is in Rome. Document [3] The "

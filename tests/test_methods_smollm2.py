@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lpes_harness.methods import buckets, moice, mspoe
-from lpes_harness.models import load_causal_lm
+from lpes_harness.core.models import load_causal_lm
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:moice_hf without gates")]
 

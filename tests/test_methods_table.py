@@ -53,7 +53,7 @@ def test_every_identity_setting_is_the_plain_model_and_remove_restores_it(arch):
             warnings.simplefilter("ignore")  # MoICE without a gates file says its routers are untrained
             assert module.install(model, **arguments) is model
         assert torch.equal(logits(model, ids), vanilla), f"{name} at {arguments} is not the plain model"
-        if module.__name__ != "lpes_harness.rope":
+        if module.__name__ != "lpes_harness.core.rope":
             with pytest.raises(ValueError, match="already installed"):
                 module.install(model, **arguments)
         assert module.remove(model) is model
@@ -65,7 +65,7 @@ def test_every_identity_setting_is_the_plain_model_and_remove_restores_it(arch):
 def test_every_lm_eval_name_is_registered_as_the_class_the_table_names():
     from lm_eval.api.registry import get_model
 
-    from lpes_harness.plugin import register
+    from lpes_harness.lmeval.plugin import register
 
     register()
     for lm_eval, target in lm_eval_models().items():
@@ -81,7 +81,7 @@ def test_every_lm_eval_name_is_registered_as_the_class_the_table_names():
 
 
 def test_lpes_eval_help_ends_with_every_model_of_the_table_and_every_position_task(capsys):
-    from lpes_harness.plugin import main
+    from lpes_harness.commands.eval import main
     from lpes_harness.tasks import BUILTIN_POSITION_TASKS
 
     with pytest.raises(SystemExit) as done:

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from lpes_harness import models
-from lpes_harness.models import BundledModelMissing, packaged_model, resolve_pretrained
+from lpes_harness.core import models
+from lpes_harness.core.models import BundledModelMissing, packaged_model, resolve_pretrained
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_a_missing_package_names_the_install_command(monkeypatch):
 
 
 def test_lpes_check_reports_the_missing_package_in_one_line(monkeypatch, capsys):
-    from lpes_harness.analysis import validity
+    from lpes_harness.commands import check as validity
 
     monkeypatch.setitem(sys.modules, models.GEMMA3_PACKAGE, None)
     with pytest.raises(SystemExit) as stopped:
@@ -61,7 +61,7 @@ def test_lpes_check_reports_the_missing_package_in_one_line(monkeypatch, capsys)
 
 
 def test_lpes_search_reports_the_missing_package_before_anything_is_written(monkeypatch, capsys, tmp_path):
-    from lpes_harness.search.run import main
+    from lpes_harness.commands.search import main
 
     monkeypatch.setitem(sys.modules, models.GEMMA3_PACKAGE, None)
     with pytest.raises(SystemExit) as stopped:

@@ -10,7 +10,7 @@ from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 from tiny_models import save_tiny_checkpoint, tiny_gemma3, tiny_tokenizer
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 from lpes_harness.lmeval.prefix_generation import why_not_shared
 
 DOCUMENT = "The quick brown fox jumps over the lazy dog near the river bank at dawn. " * 3

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from lpes_harness import report
-from lpes_harness.analysis import results_files
-from lpes_harness.analysis.search_history import ReportError, history_by_generation, population_stats, read_history
+from lpes_harness.commands import report
+from lpes_harness.evaluation import results_files
+from lpes_harness.evaluation.search_history import ReportError, history_by_generation, population_stats, read_history
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -89,7 +89,7 @@ def _logged_run(folder, date, correct_by_percent):
 
 
 def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_samples(tmp_path):
-    from lpes_harness.analysis.stats import format_p, mcnemar_exact, paired_difference_interval, wilson_interval
+    from lpes_harness.evaluation.stats import format_p, mcnemar_exact, paired_difference_interval, wilson_interval
 
     # 40 samples per position. At 50 %: 18 gained, 2 lost (significant); at 0 %: 3 gained, 1 lost.
     vanilla_50 = [0] * 20 + [1] * 20
@@ -121,7 +121,7 @@ def test_position_table_has_wilson_intervals_and_paired_tests_from_logged_sample
 
 
 def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
-    from lpes_harness.analysis.stats import format_p, mcnemar_exact, paired_difference_interval
+    from lpes_harness.evaluation.stats import format_p, mcnemar_exact, paired_difference_interval
 
     def run(folder, date, by_subject):
         folder.mkdir(parents=True)
@@ -148,7 +148,7 @@ def test_mmlu_is_paired_over_the_same_questions_pooled_over_subjects(tmp_path):
 def test_leval_and_zeroscrolls_are_paired_over_their_samples_per_task_and_on_average(tmp_path):
     import numpy as np
 
-    from lpes_harness.analysis.stats import compare_paired_resampled, format_p, geometric_mean_score, mean_score
+    from lpes_harness.evaluation.stats import compare_paired_resampled, format_p, geometric_mean_score, mean_score
 
     def run(folder, date, by_task):
         folder.mkdir(parents=True)
@@ -201,7 +201,7 @@ def test_leval_and_zeroscrolls_are_paired_over_their_samples_per_task_and_on_ave
 
 
 def test_a_logged_sample_with_a_unicode_line_separator_in_its_text_is_one_sample(tmp_path):
-    from lpes_harness.analysis.logged_samples import read_scores
+    from lpes_harness.evaluation.logged_samples import read_scores
 
     path = tmp_path / "samples.jsonl"
     rows = [{"doc_id": 0, "acc": 1.0, "doc": "a\u2028b\x85c"}, {"doc_id": 1, "acc": 0.0}]
@@ -341,7 +341,7 @@ def test_keep_samples_refuses_two_methods_that_would_share_a_file(tmp_path):
 
 def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):
     """--baseline: a curve against its PI (or a tuned baseline) on the same samples, not only against vanilla."""
-    from lpes_harness.analysis.stats import format_p, mcnemar_exact
+    from lpes_harness.evaluation.stats import format_p, mcnemar_exact
 
     _logged_run(tmp_path / "lpes", "2026-01-01T00-00-00.1", {0: [1] * 10})
     _logged_run(tmp_path / "pi", "2026-01-02T00-00-00.2", {0: [0] * 8 + [1] * 2})

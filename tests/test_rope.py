@@ -9,7 +9,7 @@ from test_families import BY_NAME, LENGTH, build, reference_logits
 from tiny_models import ARCHITECTURES, cached_and_recomputed_greedy, logits, random_ids, tiny_gemma3_multimodal, tiny_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lpes_harness import rope, rope_anatomy
+from lpes_harness.core import rope, rope_anatomy
 
 MIXED = [1.0, 1.7, 0.8, 2.5]  # one per tiny layer; includes a 1.0 layer and a < 1 layer
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tiny_models import ARCHITECTURES, logits, random_ids, tiny_gemma3, tiny_model
 
-from lpes_harness import rope
-from lpes_harness.rope_anatomy import LPESError
+from lpes_harness.core import rope
+from lpes_harness.core.rope_anatomy import LPESError
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -21,11 +21,11 @@ from tiny_models import (
     tiny_model,
 )
 
-from lpes_harness import rope
-from lpes_harness.rope_anatomy import LPESError
-from lpes_harness.scales_args import check_model_args, parse_scales_args
-from lpes_harness.scales_file import ScalesError, ScalesFileError, read_scales_and_scaling, write_scales_file
-from lpes_harness.scaling import identity, join_both, split_both
+from lpes_harness.core import rope
+from lpes_harness.core.rope_anatomy import LPESError
+from lpes_harness.core.scales_args import check_model_args, parse_scales_args
+from lpes_harness.core.scales_file import ScalesError, ScalesFileError, read_scales_and_scaling, write_scales_file
+from lpes_harness.core.scaling import identity, join_both, split_both
 
 POSITIONS = [1.0, 1.7, 0.8, 2.5]  # one per tiny layer; a 1.0 layer and a < 1 layer
 BASES = [1.0, 2.0, 8.0, 0.5]
@@ -256,7 +256,7 @@ def test_a_both_file_brings_its_scaling_and_the_start_up_check_reads_saved_pairs
 
 
 def test_lpes_hf_applies_a_both_file_and_2l_numbers(tmp_path):
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "llama")
     path = tmp_path / "scales.json"

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from lpes_harness import rope
-from lpes_harness.models import BUNDLED_GGUF, bundled_model_dir
-from lpes_harness.scales_args import check_model_args, parse_scales_args
-from lpes_harness.scales_file import SAVED_SCALES_KEY, ScalesError, gguf_block_count, model_layer_info, read_scales_file
+from lpes_harness.core import rope
+from lpes_harness.core.models import BUNDLED_GGUF, bundled_model_dir
+from lpes_harness.core.scales_args import check_model_args, parse_scales_args
+from lpes_harness.core.scales_file import SAVED_SCALES_KEY, ScalesError, gguf_block_count, model_layer_info, read_scales_file
 
 
 def test_the_bundled_gguf_header_gives_30_layers():

@@ -10,6 +10,7 @@ from test_search_loop import SMALL, synthetic_fitness
 from lpes_harness.search import GeneticSearch, GenomeSpec
 from lpes_harness.search.genome import initial_genome, make_individual, random_genome
 from lpes_harness.search.operators import build_toolbox, crossover, grid_steps, mutate, x_intervals
+from lpes_harness.commands import layer_types as layer_types_command
 
 BASE_RANGE = dict(base_y_min=0.5, base_y_max=8.0, base_y_step=0.25)
 SPECS = {
@@ -138,7 +139,7 @@ def test_a_search_runs_on_a_both_genome():
 
 
 def test_pi_and_uniform_rows_of_a_both_curve():
-    from lpes_harness.analysis.paired import lpes_methods, parse_uniform, several_lpes_methods
+    from lpes_harness.evaluation.paired import lpes_methods, parse_uniform, several_lpes_methods
 
     curve = [1.0, 2.0, 1.0, 3.0] + [2.0, 4.0, 2.0, 6.0]
     methods = lpes_methods(curve, [(1.2, 1.0), (1.0, 2.0)], scaling="both")
@@ -163,7 +164,7 @@ def test_pi_and_uniform_rows_of_a_both_curve():
 
 
 def test_the_curve_plot_of_a_both_genome(tmp_path):
-    from lpes_harness.plots import plot_curve
+    from lpes_harness.evaluation.plots import plot_curve
 
     spec = SPECS["cpu-ranges"]
     genome = random_genome(spec, random.Random(1))
@@ -176,15 +177,15 @@ def test_the_curve_plot_of_a_both_genome(tmp_path):
 def test_layer_types_and_report_split_a_both_file(tmp_path, capsys):
     from transformers import Gemma3TextConfig
 
-    from lpes_harness.analysis import layer_types as lt
-    from lpes_harness.report import read_scales_argument
-    from lpes_harness.scales_file import read_scales_and_scaling, write_scales_file
+    from lpes_harness.evaluation import layer_types as lt
+    from lpes_harness.commands.report import read_scales_argument
+    from lpes_harness.core.scales_file import read_scales_and_scaling, write_scales_file
 
     Gemma3TextConfig(num_hidden_layers=6, hidden_size=16, intermediate_size=32, num_attention_heads=2,
                      num_key_value_heads=1, head_dim=8, vocab_size=64, sliding_window=8).save_pretrained(tmp_path / "g")
     scales = tmp_path / "scales.json"
     write_scales_file(scales, [1.0, 1.1, 1.2, 1.3, 1.4, 1.5] + [2.0] * 5 + [4.0], scaling="both")
-    assert lt.main(["--scales", str(scales), "--pretrained", str(tmp_path / "g"), "--output", str(tmp_path / "out")]) == 0
+    assert layer_types_command.main(["--scales", str(scales), "--pretrained", str(tmp_path / "g"), "--output", str(tmp_path / "out")]) == 0
     only_full = read_scales_and_scaling(tmp_path / "out" / "only_full_attention.json")
     assert only_full == ([1.0] * 5 + [1.5] + [1.0] * 5 + [4.0], "both")
     report = json.loads((tmp_path / "out" / "layer_types.json").read_text())

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.files import atomic_write_json, atomic_write_text, read_jsonl
+from lpes_harness.core.files import atomic_write_json, atomic_write_text, read_jsonl
 from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback, load_checkpoint
 
 CONFIG = SearchConfig(population=6, parents=2, mutants=3, crossovers=1, generations=2, seed=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 
 REPO = Path(__file__).resolve().parents[1]
 GA = str(REPO / "searches" / "ga.py")
@@ -71,7 +71,7 @@ def test_a_search_writes_every_output_and_lpes_hf_reads_its_scales(single_run, c
     # The precision is recorded where the scales go (auto is float32 on a CPU without native bfloat16 ...
     assert config["model"]["dtype"] == saved["dtype"] and config["model"]["dtype_requested"] == "auto"
     assert saved["dtype"] in ("float32", "bfloat16")  # ... and bfloat16 where it is native)
-    from lpes_harness.models import machine_description
+    from lpes_harness.core.models import machine_description
 
     assert config["model"]["machine"] == machine_description("cpu")  # what the run's timings come from
 
@@ -160,7 +160,7 @@ def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, 
 
 
 def test_a_resume_with_dtype_auto_keeps_the_dtype_the_run_was_made_in():
-    from lpes_harness.models import auto_dtype
+    from lpes_harness.core.models import auto_dtype
     from lpes_harness.search.run import run_dtype
 
     other = "bfloat16" if auto_dtype("cpu")[0] == "float32" else "float32"  # what this CPU's auto would not pick
@@ -174,7 +174,7 @@ def test_a_run_made_in_another_dtype_resumes_under_auto_on_this_cpu(single_run, 
     # own --dtype auto continues it in that dtype instead of refusing it ("model.dtype: saved ...").
     import shutil
 
-    from lpes_harness.models import auto_dtype
+    from lpes_harness.core.models import auto_dtype
 
     other = "bfloat16" if auto_dtype("cpu")[0] == "float32" else "float32"
     output = tmp_path / "moved"
@@ -227,7 +227,7 @@ def test_sweep_starts_the_search_and_the_best_curve_is_compared_on_heldout_sampl
     lpes_at_0 = json.dumps([round(s, 6) for s in json.loads((output / "heldout.json").read_text())["scored"]["methods"]["LPES"]]) + "@0"
     cache["blocks"][lpes_at_0] = [1.0, 1.0, 1.0]  # planted (the random model scores 0): read back, not re-scored
     (output / "scores.cache.json").write_text(json.dumps(cache))
-    again = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(output / "scales.json"),
+    again = run([sys.executable, "-m", "lpes_harness.commands.paired", "--scales", str(output / "scales.json"),
                  "--pretrained", checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
                  "--num-samples", "3", "--output", str(output)])
     assert again.returncode == 0, again.stderr[-3000:]

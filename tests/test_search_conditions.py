@@ -6,8 +6,8 @@ import math
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis.conditions import Condition, search_conditions
-from lpes_harness.scaling import uniform_factor
+from lpes_harness.evaluation.conditions import Condition, search_conditions
+from lpes_harness.core.scaling import uniform_factor
 from lpes_harness.search.condition_fitness import ConditionsFitness, combine_conditions, condition_configs
 from lpes_harness.search.fitness import FitnessConfig, raced_groups
 from lpes_harness.search.selection import (NO_CURVE_WON, Candidate, ValidationCondition, is_close,
@@ -71,7 +71,7 @@ def test_racing_over_conditions_never_stops_an_individual_that_could_reach_the_t
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     return LPESLM(pretrained=save_tiny_checkpoint(tmp_path_factory.mktemp("tiny")), device="cpu")
 

@@ -149,7 +149,7 @@ def test_a_command_line_namespace_reads_like_the_fitness_config():
 
 
 def test_the_loaded_model_gives_its_path_and_dtype(tmp_path):
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     checkpoint = save_tiny_checkpoint(tmp_path / "tiny", "llama")
     lm = LPESLM(pretrained=checkpoint, device="cpu")

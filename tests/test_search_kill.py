@@ -1,7 +1,7 @@
 """A search killed with SIGKILL anywhere continues with `--resume --output DIR` alone as if nothing happened.
 
 `lpes-search` runs as a subprocess on a tiny random model and kills itself (SIGKILL, through the
-test hook :func:`lpes_harness.files.kill_point`, ``LPES_TEST_KILL_AT=POINT:N``) during the sweep,
+test hook :func:`lpes_harness.core.files.kill_point`, ``LPES_TEST_KILL_AT=POINT:N``) during the sweep,
 between two generations, mid-generation and during the held-out table, one kill per process;
 each time it is resumed with ``--resume --output DIR`` and no other flag. Its history, best
 curve, sweep and held-out table must equal an uninterrupted run's with the same seed, and every
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.files import KILL_ENV
+from lpes_harness.core.files import KILL_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 GA = str(REPO / "searches" / "ga.py")
@@ -154,7 +154,7 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
 
 def test_resume_errors_are_one_line_with_status_2_and_change_no_file(checkpoint, uninterrupted, tmp_path, capsys,
                                                                     monkeypatch):
-    from lpes_harness.search.run import main
+    from lpes_harness.commands.search import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # main() sets it otherwise, for the rest of this process
 
@@ -196,7 +196,7 @@ def test_a_paired_comparison_killed_mid_run_resumes_from_its_score_cache(checkpo
     blocks (vanilla, PI, LPES at 6 positions) and run again, it ends with the very scores and table
     that the search's own (uninterrupted) held-out stage made from the same code, samples and model."""
     output = tmp_path / "paired"
-    command = ["-m", "lpes_harness.analysis.paired", "--scales", str(uninterrupted / "scales.json"),
+    command = ["-m", "lpes_harness.commands.paired", "--scales", str(uninterrupted / "scales.json"),
                "--pretrained", checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
                "--num-samples", "2", "--threads", "1", "--output", str(output)]
     killed = launch(command, kill="score-cache:7")
@@ -213,7 +213,7 @@ def test_a_paired_comparison_killed_mid_run_resumes_from_its_score_cache(checkpo
 
 
 def test_ctrl_c_says_in_one_line_what_is_kept_and_how_to_resume_with_status_130(tmp_path, monkeypatch, capsys):
-    from lpes_harness.search import run as run_module
+    from lpes_harness.commands import search as run_module
 
     def interrupted(args):
         raise KeyboardInterrupt

@@ -7,7 +7,7 @@ import pytest
 from test_search_cli import GA, ga_args, history, run
 from tiny_models import FAMILY_COMMON, tiny_tokenizer
 
-from lpes_harness.analysis.layer_types import layers_not_of
+from lpes_harness.evaluation.layer_types import layers_not_of
 from lpes_harness.search.genome import GenomeSpec, initial_genome, random_genome
 
 TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
@@ -89,7 +89,7 @@ def test_a_layer_type_the_model_lacks_is_one_line_before_any_search(gemma_checkp
 def test_pi_and_uniform_rows_move_only_the_layers_a_layer_type_search_moves():
     """PI is the curve's mean over the moved layers, put on those layers: the held 1s would drag a
     Gemma-3 curve's mean towards 1 and its PI row would scale the sliding layers, which break."""
-    from lpes_harness.analysis.paired import lpes_methods, several_lpes_methods
+    from lpes_harness.evaluation.paired import lpes_methods, several_lpes_methods
 
     curve = [1.0, 3.0, 1.0, 2.0]
     methods = lpes_methods(curve, [4.0], held_layers=(0, 2))
@@ -111,12 +111,12 @@ def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp
     """`tune_baselines --uniform --layer-type` scores each scale on the global layers only, and the
     held-out command it suggests carries the flag; `analysis.paired --layer-type` builds PI and
     uniform rows the same way and says so under its table."""
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.core.scales_file import write_scales_file
 
     common = ["--pretrained", gemma_checkpoint, "--task", "kv_retrieval", "--metadata", '{"num_pairs": 3}',
               "--num-samples", "1", "--threads", "1"]
     tune = tmp_path / "pi"
-    done = run([sys.executable, "-m", "lpes_harness.search.tune_baselines", "--uniform", "2",
+    done = run([sys.executable, "-m", "lpes_harness.commands.tune", "--uniform", "2",
                 "--layer-type", "full_attention", *common, "--dtype", "float32", "--output", str(tune)])
     assert done.returncode == 0, done.stderr[-3000:]
     saved = json.loads((tune / "tuning.json").read_text())
@@ -129,14 +129,14 @@ def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp
     curve = tmp_path / "curve.json"
     write_scales_file(curve, [1.0, 3.0, 1.0, 2.0])
     out = tmp_path / "paired"
-    done = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(curve), "--uniform", "2",
+    done = run([sys.executable, "-m", "lpes_harness.commands.paired", "--scales", str(curve), "--uniform", "2",
                 "--layer-type", "full_attention", *common, "--dtype", "float32", "--output", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     methods = json.loads((out / "heldout.json").read_text())["scored"]["methods"]
     assert methods["PI"] == [1.0, 2.5, 1.0, 2.5] and methods["uniform 2"] == [1.0, 2.0, 1.0, 2.0]
     assert "PI and uniform rows scale only the full_attention layers" in (out / "heldout.md").read_text()
 
-    bad = run([sys.executable, "-m", "lpes_harness.analysis.paired", "--scales", str(curve),
+    bad = run([sys.executable, "-m", "lpes_harness.commands.paired", "--scales", str(curve),
                "--layer-type", "global", *common, "--output", str(tmp_path / "bad")])
     assert bad.returncode == 2 and "--layer-type 'global'" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
@@ -145,8 +145,8 @@ def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp
 def test_lpes_hf_layer_type_scales_one_type_and_its_pi_averages_over_it(gemma_checkpoint, tmp_path):
     """`layer_type=full_attention` through lm-eval's model args: a curve's PI row as a user runs it
     with plain lm_eval, the mean of the global layers on the global layers, the sliding ones at 1."""
-    from lpes_harness.lm import LPESLM
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.lmeval.lpes_lm import LPESLM
+    from lpes_harness.core.scales_file import write_scales_file
 
     curve = tmp_path / "curve.json"
     write_scales_file(curve, [1.0, 3.0, 1.0, 2.0])
@@ -157,7 +157,7 @@ def test_lpes_hf_layer_type_scales_one_type_and_its_pi_averages_over_it(gemma_ch
     assert LPESLM(**common, scales=2.0, layer_type="full_attention").scales == pytest.approx([1.0, 2.0, 1.0, 2.0])
     kept = LPESLM(**common, scales="1.5;3;1.5;2", layer_type="full_attention")  # a curve kept on one type
     assert kept.scales == pytest.approx([1.0, 3.0, 1.0, 2.0])
-    from lpes_harness.scales_file import ScalesError
+    from lpes_harness.core.scales_file import ScalesError
 
     with pytest.raises(ScalesError, match="layer_type='global': this model's layers are of type.s. "
                                           "sliding_attention, full_attention"):
@@ -167,7 +167,7 @@ def test_lpes_hf_layer_type_scales_one_type_and_its_pi_averages_over_it(gemma_ch
 def test_a_base_scaling_search_records_its_scaling_and_resumes_only_as_one(gemma_checkpoint, tmp_path):
     """--scaling base: the factors multiply each layer's RoPE base; scales.json says so (lpes_hf applies it),
     the held-out cache says so, and the checkpoint refuses to resume as a position search."""
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     output = tmp_path / "base"
     args = ga_args(gemma_checkpoint, output, generations=1)

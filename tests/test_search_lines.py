@@ -5,7 +5,7 @@ import math
 import pytest
 
 from lpes_harness.search import Callback, GeneticSearch, GenomeSpec, SearchConfig
-from lpes_harness.search.cli import parse_args
+from lpes_harness.commands.search_cli import parse_args
 from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.sweep import parse_lines
 

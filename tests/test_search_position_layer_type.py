@@ -11,8 +11,8 @@ import pytest
 from test_search_cli import GA, ga_args, history, run
 from test_search_layer_type import gemma_checkpoint  # noqa: F401  (the tiny Gemma-3 fixture)
 
-from lpes_harness.analysis.paired import lpes_methods, several_lpes_methods
-from lpes_harness.scaling import held_per_half, uniform_factor
+from lpes_harness.evaluation.paired import lpes_methods, several_lpes_methods
+from lpes_harness.core.scaling import held_per_half, uniform_factor
 from lpes_harness.search.final_choice import candidates
 from lpes_harness.search.genome import GenomeSpec, initial_genome, random_genome
 
@@ -101,7 +101,7 @@ def test_without_scaling_both_it_is_one_line_before_anything_is_written(gemma_ch
 
 
 def test_a_type_the_model_lacks_names_the_flag_that_asked(gemma_checkpoint, tmp_path):  # noqa: F811
-    from lpes_harness.analysis.paired import held_layers_of
+    from lpes_harness.evaluation.paired import held_layers_of
 
     output = tmp_path / "bad_type"
     done = run([sys.executable, GA, *ga_args(gemma_checkpoint, output), "--scaling", "both",

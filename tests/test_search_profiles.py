@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lpes_harness.search.cli import PROFILES, parse_args
+from lpes_harness.commands.search_cli import PROFILES, parse_args
 
 # A model that is neither packaged one (an HF id: nothing is loaded to parse the flags).
 OTHER = ["--pretrained", "HuggingFaceTB/another-model"]
@@ -14,13 +14,13 @@ OTHER = ["--pretrained", "HuggingFaceTB/another-model"]
 @pytest.fixture
 def no_native_bf16(monkeypatch):
     """A CPU that only emulates bfloat16 (the AVX2 machines): auto stays in float32."""
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_has_native_bf16", lambda cpuinfo=None: False)
 
 
 @pytest.fixture
 def native_bf16(monkeypatch):
-    monkeypatch.setattr("lpes_harness.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
-    monkeypatch.setattr("lpes_harness.models.cpu_bf16_speedup", lambda: 2.0)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_has_native_bf16", lambda cpuinfo=None: True)
+    monkeypatch.setattr("lpes_harness.core.models.cpu_bf16_speedup", lambda: 2.0)
 
 
 def test_auto_on_cpu_takes_the_cpu_profile(no_native_bf16):

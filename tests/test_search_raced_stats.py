@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from lpes_harness.files import read_jsonl
-from lpes_harness.plots import plot_fitness
+from lpes_harness.core.files import read_jsonl
+from lpes_harness.evaluation.plots import plot_fitness
 from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig
 from lpes_harness.search.callbacks import HistoryCallback, PlotCallback, ProgressCallback, generation_postfix
 from lpes_harness.search.loop import Callback
@@ -83,7 +83,7 @@ def test_postfix_without_complete_individuals_and_for_old_statistics():
 
 def test_fitness_plot_marks_raced_individuals_apart_and_keeps_them_out_of_the_mean(tmp_path, monkeypatch):
     figures = []
-    from lpes_harness import plots  # the figures are drawn there (one plotting module for search and report)
+    from lpes_harness.evaluation import plots  # the figures are drawn there (one plotting module for search and report)
 
     monkeypatch.setattr(plots, "_save_figure", lambda figure, path: figures.append(figure))
     search, _ = run(tmp_path, PlotCallback(tmp_path))

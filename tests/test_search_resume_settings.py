@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from lpes_harness.files import KILL_ENV
-from lpes_harness.search.cli import NOT_SAVED, parse_args, settings_record
+from lpes_harness.core.files import KILL_ENV
+from lpes_harness.commands.search_cli import NOT_SAVED, parse_args
+from lpes_harness.search.run_record import settings_record
 from lpes_harness.search.run_record import RUN_RESULTS, RUN_STATE, clear_run_state
 from lpes_harness.search.sweep import run_sweep
 
@@ -54,7 +55,7 @@ def test_the_command_line_wins_over_the_saved_settings(tmp_path):
 def test_saved_settings_are_every_flag_and_a_flag_unknown_now_is_left_out(tmp_path):
     args = saved_run(tmp_path / "R", CUSTOM)
     record = settings_record(args)
-    from lpes_harness.search.cli import build_parser
+    from lpes_harness.commands.search_cli import build_parser
 
     flags = {a.dest for a in build_parser()._actions if a.dest != "help"}
     assert set(record) == flags - NOT_SAVED  # generic: a new flag is saved with no edit here
@@ -105,7 +106,7 @@ def test_a_sweep_resumed_with_journalled_points_scores_only_the_rest_and_ends_al
 
 
 def test_the_kill_hook_kills_at_the_nth_pass_of_its_point_only():
-    script = ("from lpes_harness.files import kill_point\n"
+    script = ("from lpes_harness.core.files import kill_point\n"
               "for i in range(3):\n    kill_point('other'); kill_point('sweep'); print(i, flush=True)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           env={**os.environ, KILL_ENV: "sweep:2"})

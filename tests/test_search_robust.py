@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.search.cli import parse_args
+from lpes_harness.commands.search_cli import parse_args
 
 GA = str(Path(__file__).resolve().parents[1] / "searches" / "ga.py")
 CONDITIONS = ['six={"num_sentences": 6}', 'ten={"num_sentences": 10}']
@@ -57,7 +57,7 @@ def test_uniform_json_is_tuned_on_at_least_the_searchs_forwards(robust_run):
     uniform = json.loads((output / "uniform.json").read_text())
     assert uniform["scaling"] == "both" and uniform["curve"] == "uniform" and len(uniform["base_scales"]) == 4
     assert uniform["tuning"]["forwards"] >= uniform["tuning"]["budget"] > 0
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     assert len(LPESLM(pretrained=checkpoint, scales=str(output / "uniform.json"), device="cpu").scales) == 8
 
@@ -105,7 +105,7 @@ def test_a_finished_run_resumes_with_its_folder_alone_and_scores_nothing_again(r
 
 
 def _status(output, capsys):
-    from lpes_harness.search.run import main
+    from lpes_harness.commands.search import main
 
     main(["--status", "--output", str(output)])
     return capsys.readouterr().out
@@ -222,7 +222,7 @@ def test_status_never_shows_a_raced_out_bound_as_the_best_fitness(tmp_path):
 
 
 def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
-    from lpes_harness.search.run import main
+    from lpes_harness.commands.search import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--status", "--output", str(tmp_path / "none")])
@@ -352,7 +352,7 @@ def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_
 
 
 def test_the_heldout_table_is_sized_for_a_ten_point_gain_at_p_001():
-    from lpes_harness.analysis.stats import mcnemar_exact
+    from lpes_harness.evaluation.stats import mcnemar_exact
     from lpes_harness.search.budget import heldout_samples_for
 
     per_position = heldout_samples_for(5)
@@ -388,7 +388,7 @@ def test_a_table_whose_prompts_share_their_text_is_planned_at_its_share_and_leav
 
 @pytest.mark.parametrize("batch_size", [1, 2])
 def test_the_tables_share_is_counted_from_its_prompts_and_is_1_where_nothing_is_shared(tmp_path, batch_size):
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.answer_logits import shared_token_fraction
     from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
     from lpes_harness.search.timing import SHARE_ALLOWANCE, heldout_share
@@ -594,7 +594,7 @@ def test_another_task_searches_alone_unless_its_own_conditions_are_given(capsys)
 def test_curve_png_is_redrawn_as_the_runs_chosen_curve(tmp_path, monkeypatch, kind):
     """During the search curve.png is each generation's best; the run ends with it showing what the
     validation chose, a uniform factor drawn as flat layer scales with the one-line verdict."""
-    from lpes_harness import plots
+    from lpes_harness.evaluation import plots
     from lpes_harness.search import GenomeSpec
     from lpes_harness.search.final_choice import plot_chosen
     from lpes_harness.search.genome import initial_genome

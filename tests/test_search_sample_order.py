@@ -129,7 +129,8 @@ def test_an_unknown_sample_order_is_named():
 def test_the_cpu_profiles_race_hardest_first_and_a_run_recorded_before_the_flag_resumes_in_roles_order(tmp_path):
     import json
 
-    from lpes_harness.search.cli import parse_args, settings_record
+    from lpes_harness.commands.search_cli import parse_args
+    from lpes_harness.search.run_record import settings_record
 
     argv = ["--profile", "cpu-bf16", "--dtype", "float32", "--device", "cpu", "--output", str(tmp_path / "R")]
     assert parse_args(argv).sample_order == "hardest"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.lm import LPESLM
+from lpes_harness.lmeval.lpes_lm import LPESLM
 from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
 from lpes_harness.lmeval.answer_logits import score_answers
 

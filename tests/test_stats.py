@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from lpes_harness.analysis.paired_table import format_plain, format_table, paired_table
-from lpes_harness.analysis.stats import (
+from lpes_harness.evaluation.paired_table import format_plain, format_table, paired_table
+from lpes_harness.evaluation.stats import (
     compare_paired,
     compare_paired_resampled,
     geometric_mean_score,
@@ -46,7 +46,7 @@ def test_compare_paired_counts_only_discordant_samples():
 
 
 def test_paired_difference_interval_matches_hand_computation():
-    from lpes_harness.analysis.stats import paired_difference_interval
+    from lpes_harness.evaluation.stats import paired_difference_interval
 
     # 30 gained, 20 lost of 1000: d = 0.01, var = (0.05 - 0.0001) / 1000, half = 1.96 * 0.0070640
     low, high = paired_difference_interval(30, 20, 1000)

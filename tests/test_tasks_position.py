@@ -118,7 +118,7 @@ def test_record_missing_a_litm_key_is_reported_as_file_colon_line(tmp_path):
 def test_committed_yaml_is_what_the_tasks_generate():
     for name, reference in BUILTIN_POSITION_TASKS.items():
         for file_name, text in task_yaml_files(resolve_task(reference), reference).items():
-            assert (TASKS_DIR / name / file_name).read_text() == text, "regenerate: python -m lpes_harness.tasks"
+            assert (TASKS_DIR / name / file_name).read_text() == text, "regenerate: python -m lpes_harness.commands.write_tasks"
 
 
 def test_bad_metadata_fails_while_lm_eval_builds_the_tasks_before_any_model_call():

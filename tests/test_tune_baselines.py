@@ -1,4 +1,4 @@
-"""`python -m lpes_harness.search.tune_baselines`: a baseline's grid scored on the search split with the
+"""`python -m lpes_harness.commands.tune`: a baseline's grid scored on the search split with the
 search's weighted fitness, on a tiny random checkpoint; winners decided by planted scores."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.analysis.score_cache import ScoreCache
-from lpes_harness.search import tune_baselines
-from lpes_harness.search.tune_baselines import evaluate, expand_grid, parse_fixed, parse_grid, ranked
+from lpes_harness.evaluation.score_cache import ScoreCache
+from lpes_harness.commands import tune as tune_baselines
+from lpes_harness.commands.tune import evaluate, expand_grid, parse_fixed, parse_grid, ranked
 
 KV_ROLES = {"begin": (0,), "middle": (40,), "end": (100,)}  # kv_retrieval's declared roles
 POSITIONS = (0, 20, 40, 60, 80, 100)
@@ -135,7 +135,7 @@ def test_a_baseline_grid_skips_refused_candidates_and_the_weighted_winner_is_wri
     assert saved["winner"]["fitness"] == pytest.approx(0.65)
     best = (output / "best.txt").read_text().strip()
     assert best == "Ms-PoE tuned=mspoe_hf:head_mapping=rank,min_ratio=1.1,max_ratio=1.2"
-    from lpes_harness.analysis.baseline_rows import Baseline, parse_baseline
+    from lpes_harness.evaluation.baseline_rows import Baseline, parse_baseline
 
     assert parse_baseline(best) == ("Ms-PoE tuned", Baseline("mspoe_hf", "head_mapping=rank,min_ratio=1.1,max_ratio=1.2"))
     table = (output / "tuning.md").read_text()

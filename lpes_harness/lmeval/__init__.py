@@ -2,7 +2,7 @@
 
 - :mod:`.registration`: lazy model entries, our task folder in every ``TaskManager``, and the
   early checks wrapped around ``simple_evaluate`` and the command line; shared by the ``.pth``
-  start-up hook (:mod:`lpes_harness._startup`) and ``lpes-eval`` (:mod:`lpes_harness.plugin`).
+  start-up hook (:mod:`lpes_harness.lmeval.startup`) and ``lpes-eval`` (:mod:`lpes_harness.lmeval.plugin`).
 - :mod:`.model_args`: the ``--model_args`` of the run in progress, which registration sets and
   the task glue reads (a leaf, so that neither imports the other).
 - :mod:`.tasks`: position tasks as lm-eval tasks (``custom_dataset``, ``process_results``,

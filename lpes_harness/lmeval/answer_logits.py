@@ -42,8 +42,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from lpes_harness import arg_values
-from lpes_harness.models import cache_keyword, output_layer
+from lpes_harness.core import arg_values
+from lpes_harness.core.models import cache_keyword, output_layer
 
 # ``batch_size="auto"`` on a CPU: one prompt per forward. On a CPU a ~750-token prompt is
 # compute-bound already at batch 1, so a batch costs about the sum of its rows; measured on

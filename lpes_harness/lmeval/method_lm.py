@@ -22,7 +22,7 @@ from typing import Any
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness.methods import METHODS
-from lpes_harness.models import hflm_model_args
+from lpes_harness.core.models import hflm_model_args
 
 
 def install_arguments(name: str) -> list[inspect.Parameter]:

@@ -29,7 +29,7 @@ from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPadded
 from lpes_harness.lmeval.method_lm import MethodLM
 from lpes_harness.methods import buckets, fitm, mspoe, poshidden
 from lpes_harness.methods.arguments import MethodError
-from lpes_harness.models import hflm_model_args
+from lpes_harness.core.models import hflm_model_args
 
 
 def _greedy_only(name: str, generation_kwargs: dict) -> None:

@@ -32,7 +32,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from tqdm import tqdm
 
 from lpes_harness.lmeval.answer_logits import cut_back, prefix_cache
-from lpes_harness.models import cache_keyword
+from lpes_harness.core.models import cache_keyword
 
 
 def _greedy(kwargs: dict) -> bool:

@@ -1,8 +1,8 @@
 """Registration with lm-eval: lazy models, our tasks, and the early checks.
 
 Run right after lm-eval executes each of the modules in :data:`AFTER_IMPORT` (the ``.pth``
-hook's finder in :mod:`lpes_harness._startup` calls :func:`after_import`), or at once for the
-ones already imported (:func:`lpes_harness._startup.install`, what ``lpes-eval`` calls):
+hook's finder in :mod:`lpes_harness.lmeval.startup` calls :func:`after_import`), or at once for the
+ones already imported (:func:`lpes_harness.lmeval.startup.install`, what ``lpes-eval`` calls):
 
 - ``lm_eval.api.registry``: *lazy* registry entries (``"module:Class"`` strings) for our
   models, one per lm-eval name of the table of methods (:data:`lpes_harness.methods.METHODS`),
@@ -124,8 +124,8 @@ def model_args_error(model, model_args):
     """
     if not isinstance(model, str) or model not in LAZY_MODELS or not model_args:
         return None
-    from lpes_harness.models import check_dtype
-    from lpes_harness.scales_args import check_model_args
+    from lpes_harness.core.models import check_dtype
+    from lpes_harness.core.scales_args import check_model_args
 
     try:
         parsed = parse_model_args(model_args)
@@ -169,7 +169,7 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
         model_args = _bind(original, args, kwargs, "model_args", None)
         error = model_args_error(model, model_args)
         if error:
-            from lpes_harness.scales_file import ScalesError
+            from lpes_harness.core.scales_file import ScalesError
 
             raise ScalesError(error)
         task_manager = _bind(original, args, kwargs, "task_manager", None)

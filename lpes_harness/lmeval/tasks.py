@@ -1,7 +1,7 @@
 """Position tasks as lm-eval tasks: datasets, results, groups, YAML files, the precheck.
 
 The lm-eval side of :mod:`lpes_harness.tasks.position`; the YAML files name this module's
-``load_dataset`` and ``process_results`` (``python -m lpes_harness.tasks`` regenerates them):
+``load_dataset`` and ``process_results`` (``python -m lpes_harness.commands.write_tasks`` regenerates them):
 
 - :func:`load_dataset` is the ``custom_dataset`` of every position subtask; lm-eval calls it
   with the task metadata, into which it has merged ``--model_args``: those keys are told

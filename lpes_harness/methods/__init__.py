@@ -8,7 +8,7 @@ candidates the baseline tuner scores, and the forwards a token costs. lm-eval's 
 (:mod:`lpes_harness.lmeval.registration`), the tuner (``search/tune_baselines.py``), the report's
 labels and ``docs/baselines.md`` all read this table; a new method is one module and one entry.
 
-LPES (position, base, both) and PI are :mod:`lpes_harness.rope`'s ``install`` / ``remove``, a
+LPES (position, base, both) and PI are :mod:`lpes_harness.core.rope`'s ``install`` / ``remove``, a
 core module below this package; their entries say which scaling. Like lm-eval's registry and
 transformers' ``ROPE_INIT_FUNCTIONS``, the table names modules and classes as strings: it imports
 nothing heavy (no torch), so lm-eval can read it at start-up; :meth:`Method.load` imports the module.
@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any, Mapping
 
 from lpes_harness.methods.parameters import Parameter
-from lpes_harness.scaling import halves, uniform_factor
+from lpes_harness.core.scaling import halves, uniform_factor
 
 # Where a method without an lm-eval model class of its own gets one: that module's generic
 # HFLM subclass, bound to the method (``BOUND.<name>``, an entry-point style attribute path).
@@ -82,8 +82,8 @@ def _scales(per_layer: int, help: str) -> Parameter:
     return Parameter("scales", default=1.0, identity=1.0, low=0.0, low_open=True, per_layer=per_layer, help=help)
 
 
-_ROPE = "lpes_harness.rope"
-_LPES_LM = "lpes_harness.lm:LPESLM"
+_ROPE = "lpes_harness.core.rope"
+_LPES_LM = "lpes_harness.lmeval.lpes_lm:LPESLM"
 _OWN_LM = "lpes_harness.lmeval.method_models"
 _RATIO = dict(identity=1.0, low=0.0, low_open=True)
 

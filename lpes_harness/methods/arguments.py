@@ -1,6 +1,6 @@
 """The methods' error and the parsers of their own arguments (bases, layers).
 
-Booleans and ``;`` number lists are parsed as for ``lpes_hf`` (:mod:`lpes_harness.arg_values`).
+Booleans and ``;`` number lists are parsed as for ``lpes_hf`` (:mod:`lpes_harness.core.arg_values`).
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lpes_harness.arg_values import number_list
-from lpes_harness.rope_anatomy import LPESError
+from lpes_harness.core.arg_values import number_list
+from lpes_harness.core.rope_anatomy import LPESError
 
 
 class MethodError(LPESError):

@@ -38,12 +38,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from lpes_harness import rope_anatomy, rope_math
-from lpes_harness.arg_values import parse_bool
+from lpes_harness.core import rope_anatomy, rope_math
+from lpes_harness.core.arg_values import parse_bool
 from lpes_harness.methods import METHODS, arguments, decoding, model_checks
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.state import MethodState, Slot
-from lpes_harness.models import cache_keyword, output_layer
+from lpes_harness.core.models import cache_keyword, output_layer
 
 ENTRY = METHODS["buckets"]
 # The authors' RAG base set (base_rag/test_nq_kl.py), relative to Llama 2's theta = 10000.

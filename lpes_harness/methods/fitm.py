@@ -54,11 +54,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.core import rope_anatomy, rope_math
 from lpes_harness.methods import METHODS, arguments, attention, decoding, model_checks, query_rows
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.state import MethodState, Slot
-from lpes_harness.models import cache_keyword, output_layer
+from lpes_harness.core.models import cache_keyword, output_layer
 
 ENTRY = METHODS["fitm"]
 NAME = ENTRY.lm_eval

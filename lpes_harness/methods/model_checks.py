@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lpes_harness import rope, rope_anatomy, rope_math
+from lpes_harness.core import rope, rope_anatomy, rope_math
 from lpes_harness.methods.arguments import MethodError
 
 

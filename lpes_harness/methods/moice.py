@@ -1,6 +1,6 @@
 """Mixture of In-Context Experts (MoICE; Lin et al., 2024): ``install`` on a model; ``moice_hf`` runs it in lm-eval.
 
-    python -m lpes_harness.methods.train_moice --out results/moice/smollm2.gates.pt
+    python -m lpes_harness.commands.train_moice --out results/moice/smollm2.gates.pt
     lm_eval --model moice_hf --model_args "gates=results/moice/smollm2.gates.pt" --tasks kv_retrieval
 
 In every layer, each attention head computes its attention once per RoPE base in a set of
@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lpes_harness import rope_anatomy, rope_math
-from lpes_harness.arg_values import parse_bool
+from lpes_harness.core import rope_anatomy, rope_math
+from lpes_harness.core.arg_values import parse_bool
 from lpes_harness.methods import METHODS, arguments, attention, model_checks
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.state import MethodState, Slot
@@ -191,7 +191,7 @@ def install(
     else:
         warnings.warn(
             "moice_hf without gates=: the routers are untrained (seeded random init). Train them with "
-            "`python -m lpes_harness.methods.train_moice --out <file>` and pass gates=<file>",
+            "`python -m lpes_harness.commands.train_moice --out <file>` and pass gates=<file>",
             stacklevel=2,
         )
     return model
@@ -267,7 +267,7 @@ def save_gates(model: nn.Module, path: str, **extra) -> str:
 
 def read_gates(path: str) -> dict:
     if not os.path.isfile(str(path)):
-        raise MethodError(f"gates file not found: {path} (train one with `python -m lpes_harness.methods.train_moice --out {path}`)")
+        raise MethodError(f"gates file not found: {path} (train one with `python -m lpes_harness.commands.train_moice --out {path}`)")
     try:
         payload = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lpes_harness.arg_values import shown
+from lpes_harness.core.arg_values import shown
 
 
 @dataclass(frozen=True)

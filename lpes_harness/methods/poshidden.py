@@ -1,10 +1,10 @@
 """Positional hidden-state scaling (Yu et al., Findings of ACL 2025): ``install`` on a model; ``poshidden_hf`` runs it in lm-eval.
 
-    python -m lpes_harness.methods.poshidden_channel --out results/poshidden/smollm2.json
+    python -m lpes_harness.commands.poshidden_channel --out results/poshidden/smollm2.json
     lm_eval --model poshidden_hf --model_args setting=results/poshidden/smollm2.json --tasks multi_needle
 
 A few channels of the hidden state rise or fall steadily with position ("positional hidden
-states"; found by :mod:`lpes_harness.methods.poshidden_channel`). In each layer of a band of
+states"; found by :mod:`lpes_harness.commands.poshidden_channel`). In each layer of a band of
 middle layers, the attention's input (the normed hidden state) has those channels multiplied by
 ``factor``; the keys of every token and the queries that predict the answer are computed from
 it, the values and every other query are the model's own.
@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.core import rope_anatomy, rope_math
 from lpes_harness.methods import METHODS, arguments, attention, model_checks, query_rows
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.state import MethodState, Slot
@@ -61,7 +61,7 @@ NAME = ENTRY.lm_eval
 FACTOR = ENTRY.parameter("factor")
 FACTOR_CANDIDATES = ENTRY.grid["factor"]  # the paper's search set
 SETTING_FORMAT = "lpes-poshidden/1"
-COMMAND = "python -m lpes_harness.methods.poshidden_channel --out FILE"
+COMMAND = "python -m lpes_harness.commands.poshidden_channel --out FILE"
 
 
 @dataclass

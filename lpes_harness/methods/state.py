@@ -8,7 +8,7 @@ first one off), records each change it makes on the state's :class:`Changes` (a 
 the recorded changes, last first, and drops the attribute, which leaves the model exactly as it
 was. ``get`` finds the state or says how to install the method.
 
-LPES itself (:mod:`lpes_harness.rope`) keeps its own state: a core module, below the methods, whose
+LPES itself (:mod:`lpes_harness.core.rope`) keeps its own state: a core module, below the methods, whose
 ``install`` on an installed model updates the scales in place (what the search needs) instead of
 refusing.
 """

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lpes_harness import rope_anatomy, rope_math
+from lpes_harness.core import rope_anatomy, rope_math
 from lpes_harness.methods import METHODS, attention, model_checks, query_rows
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.parameters import Parameter

@@ -32,8 +32,8 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from lpes_harness.analysis.stats import mcnemar_exact
-from lpes_harness.models import cpu_kind
+from lpes_harness.evaluation.stats import mcnemar_exact
+from lpes_harness.core.models import cpu_kind
 
 # A +10-point gain with 3 % of samples lost: the rate of the demo's curves (4 to 7 lost in 200).
 DEFAULT_GAIN, DEFAULT_LOST, DEFAULT_ALPHA = 0.10, 0.03, 0.01

@@ -20,8 +20,8 @@ import os
 import time
 from pathlib import Path
 
-from lpes_harness.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
-from lpes_harness.plots import plot_condition_scores, plot_curve, plot_fitness
+from lpes_harness.core.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
+from lpes_harness.evaluation.plots import plot_condition_scores, plot_curve, plot_fitness
 from lpes_harness.search.final_choice import forwards_of
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.sample_order import load_order_state, order_state
@@ -178,7 +178,7 @@ class CheckpointCallback(Callback):
         if callbacks:
             line["callbacks"] = callbacks
         _append_line(self.journal, line)
-        kill_point("individual")  # test hook (lpes_harness.files.kill_point): a kill mid-generation
+        kill_point("individual")  # test hook (lpes_harness.core.files.kill_point): a kill mid-generation
 
     def on_generation_end(self, search: GeneticSearch, stats: dict) -> None:
         self._write(search)

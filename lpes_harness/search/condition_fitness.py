@@ -2,7 +2,7 @@
 
 A curve searched at one prompt length fits that length (SmolLM2's reference curve: +17.6 points
 at the searched ~1k tokens, +7.6 at twice that, -1.0 at four times). A search over conditions
-(``lpes-search --condition NAME={json} ...``, :mod:`lpes_harness.analysis.conditions`) scores every
+(``lpes-search --condition NAME={json} ...``, :mod:`lpes_harness.evaluation.conditions`) scores every
 individual on the same samples of each condition, each condition's fitness the usual
 λ-weighted role scores (:mod:`lpes_harness.search.fitness`), and combines them by
 ``--condition-objective``:
@@ -123,7 +123,7 @@ class ConditionsFitness:
 
 
 def condition_configs(conditions, base: FitnessConfig) -> dict[str, FitnessConfig]:
-    """One :class:`FitnessConfig` per :class:`~lpes_harness.analysis.conditions.Condition`: the run's
+    """One :class:`FitnessConfig` per :class:`~lpes_harness.evaluation.conditions.Condition`: the run's
     fitness settings with the condition's task, options and chat template."""
     from dataclasses import replace
 

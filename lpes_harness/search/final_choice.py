@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lpes_harness.analysis.conditions import Condition
-from lpes_harness.scaling import uniform_factor
+from lpes_harness.evaluation.conditions import Condition
+from lpes_harness.core.scaling import uniform_factor
 from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, NO_CURVE_WON, Candidate, ValidationCondition, select,
                                           gold_positions, top_individuals, validation_forwards)
 from lpes_harness.search.uniform_tuning import coarse_to_fine, interleave, tune_uniform
@@ -87,7 +87,7 @@ def sweep_points(sweep: dict | None, spec, scaling: str) -> list[dict]:
 def tune_uniform_stage(output: Path, fitness, spec, scaling: str, sweep: dict | None, history: Sequence[dict],
                        model: str, dtype: str | None) -> dict:
     """Stage 1: ``uniform.json``, the best uniform factor with at least the GA's forwards."""
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.core.scales_file import write_scales_file
 
     budget = forwards_of(history)
     known = sweep_points(sweep, spec, scaling)
@@ -167,8 +167,8 @@ def validation_conditions(conditions: Sequence[Condition], configs) -> list[Vali
 def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, pool: Sequence[Candidate], *,
                  initial: int, maximum: int, objective: str, identity, forwards_at_most: int | None = None) -> dict:
     """Stage 2: ``selection.json``; the caller writes the winner as ``scales.json``."""
-    from lpes_harness.analysis.paired import sample_bar
-    from lpes_harness.files import atomic_write_json
+    from lpes_harness.evaluation.paired import sample_bar
+    from lpes_harness.core.files import atomic_write_json
     from lpes_harness.search.selection import cached_scorer
 
     print(f"validation: {len(pool)} candidates ({', '.join(c.label for c in pool)}) on {initial} validation samples "
@@ -209,8 +209,8 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
     """Stages 1 and 2 after the genetic search, and ``scales.json`` as the run's curve: the validation's
     choice, or without validation the search's best, named for what it is. Adds ``uniform``,
     ``selection``, ``chosen`` and ``forwards`` to ``result``."""
-    from lpes_harness.files import read_jsonl
-    from lpes_harness.plots import plot_uniform_points
+    from lpes_harness.core.files import read_jsonl
+    from lpes_harness.evaluation.plots import plot_uniform_points
 
     history = read_jsonl(output / "history.jsonl")
     swept = sweep_points(sweep, spec, args.scaling)
@@ -255,7 +255,7 @@ def finish(lm, args, fitness, spec, conditions: Sequence[Condition], configs, sw
 
 
 def _validation_identity(condition: Condition, args) -> dict:
-    from lpes_harness.analysis.paired import cache_identity
+    from lpes_harness.evaluation.paired import cache_identity
 
     identity = cache_identity(condition.task, condition.metadata, condition.chat_template, args.pretrained,
                               args.dtype_chosen, args.scaling)
@@ -263,7 +263,7 @@ def _validation_identity(condition: Condition, args) -> dict:
 
 
 def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, validated: bool) -> None:
-    from lpes_harness.scales_file import write_scales_file
+    from lpes_harness.core.scales_file import write_scales_file
 
     extra = {"control_points": chosen.genome} if chosen.genome and not chosen.is_uniform else {}
     write_scales_file(output / "scales.json", chosen.scales, scaling=args.scaling,
@@ -276,7 +276,7 @@ def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, valid
 def plot_chosen(output: Path, chosen: Candidate, spec, scaling: str, validated: bool) -> None:
     """``curve.png`` redrawn as the run's curve: during the search it showed each generation's best,
     which the validation may not have chosen (a uniform factor has no control points to draw)."""
-    from lpes_harness.plots import plot_curve
+    from lpes_harness.evaluation.plots import plot_curve
 
     genome = None if chosen.is_uniform or not chosen.genome else chosen.genome
     how = "chosen on the validation split" if validated else "the search's best"
@@ -293,8 +293,8 @@ def heldout_methods(args, spec, chosen: Candidate, sweep: dict | None, uniform: 
     its own PI), the run's curve named for what it is, and the best uniform factor (uniform.json,
     else the sweep's best when ``--heldout-extra uniform``). No row repeats vanilla's scales: a run
     that chose the plain model may leave vanilla alone."""
-    from lpes_harness.analysis.paired import lpes_methods
-    from lpes_harness.scaling import identity
+    from lpes_harness.evaluation.paired import lpes_methods
+    from lpes_harness.core.scaling import identity
 
     rows = {"vanilla": identity(args.scaling, spec.num_layers)}
     if "pi" in args.heldout_extra and not chosen.is_uniform:

@@ -228,7 +228,7 @@ def model_identity(settings: Mapping[str, Any], model: Any = None) -> dict:
 
 
 def _resolve(pretrained, gguf_file):
-    from lpes_harness.models import resolve_pretrained
+    from lpes_harness.core.models import resolve_pretrained
 
     try:
         return resolve_pretrained(pretrained, gguf_file)

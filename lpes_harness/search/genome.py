@@ -21,7 +21,7 @@ smooth curve over depth cannot stay at 1 on five layers of every six while it mo
 Scaling ``both`` (``base_y_min``/``base_y_max``/``base_y_step`` given) has two curves in one
 genome: the position curve's ``num_points`` control points, then the base curve's, each half on
 the same x grid and obeying the same rules, with its own y range (useful base factors, 0.5..8,
-are not useful position factors). Its scales are the flat 2L list of :mod:`lpes_harness.scaling`,
+are not useful position factors). Its scales are the flat 2L list of :mod:`lpes_harness.core.scaling`,
 positions first; :meth:`GenomeSpec.halves` gives each half as a one-curve spec.
 """
 
@@ -34,8 +34,8 @@ from typing import Sequence
 
 from deap import base, creator
 
-from lpes_harness.curves import CURVES, curve_scales
-from lpes_harness.scaling import held_per_half
+from lpes_harness.core.curves import CURVES, curve_scales
+from lpes_harness.core.scaling import held_per_half
 
 Genome = list[tuple[float, float]]
 _DECIMALS = 10

@@ -5,7 +5,7 @@ One condition (no ``--condition``): ``heldout.{md,json,png}`` and ``scores.cache
 folder, as always. Several: ``heldout/<condition>/`` each, and ``heldout/summary.{md,json,png}``:
 per condition and row, the difference from vanilla with its 95 % interval, gained / lost samples and
 the exact McNemar p. Scores are cached as ``analysis.paired`` caches them: a killed table resumes,
-and ``python -m lpes_harness.analysis.paired --output <that folder>`` reuses them.
+and ``python -m lpes_harness.commands.paired --output <that folder>`` reuses them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lpes_harness.analysis.conditions import Condition, slug
+from lpes_harness.evaluation.conditions import Condition, slug
 
 SUMMARY = "summary"
 
@@ -27,8 +27,8 @@ def folders(output: Path, conditions: Sequence[Condition], several: bool) -> dic
 
 
 def cache(folder: Path, condition: Condition, args):
-    from lpes_harness.analysis import paired
-    from lpes_harness.analysis.score_cache import ScoreCache
+    from lpes_harness.evaluation import paired
+    from lpes_harness.evaluation.score_cache import ScoreCache
 
     identity = paired.cache_identity(condition.task, condition.metadata, condition.chat_template, args.pretrained,
                                      args.dtype_chosen, args.scaling)
@@ -41,7 +41,7 @@ def check_caches(output: Path, conditions: Sequence[Condition], several: bool, a
     ``--overwrite`` starts afresh, so they go. Otherwise they are reused when they were made for
     the same samples, model and dtype, and a file made for others stops the command now instead of
     at the held-out table hours later (``ValueError``, one line)."""
-    from lpes_harness.analysis.paired import CACHE_FILE
+    from lpes_harness.evaluation.paired import CACHE_FILE
 
     for condition in conditions:
         folder = folders(output, conditions, several)[condition.name]
@@ -55,8 +55,8 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
              output: Path, batch_size=1) -> dict:
     """Score ``methods`` (vanilla first) on ``args.heldout_samples`` per position of every condition,
     ``batch_size`` prompts a forward (the fitness's, as its configuration resolved it)."""
-    from lpes_harness.analysis import paired
-    from lpes_harness.analysis.paired_table import format_plain, paired_table, write_comparison
+    from lpes_harness.evaluation import paired
+    from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison
 
     started = time.perf_counter()
     chat = {"auto": None, "on": True, "off": False}
@@ -93,8 +93,8 @@ def write_summary(folder: Path, conditions: Sequence[Condition], files: Mapping[
     """One table over the conditions: every row against vanilla, pooled over the positions."""
     import json
 
-    from lpes_harness.analysis.transfer import format_rows, plot_rows, rows
-    from lpes_harness.files import atomic_write_json, atomic_write_text
+    from lpes_harness.evaluation.transfer import format_rows, plot_rows, rows
+    from lpes_harness.core.files import atomic_write_json, atomic_write_text
 
     table = []
     for condition in conditions:

@@ -56,7 +56,7 @@ import random
 import time
 from typing import Any, Callable, Sequence
 
-from lpes_harness.curves import smoothness
+from lpes_harness.core.curves import smoothness
 from lpes_harness.search.genome import (GenomeSpec, initial_genome, make_individual, random_brute_force_genome,
                                         random_genome)
 from lpes_harness.search.config import SearchConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lpes_harness.models import PACKAGED_MODELS, choose_dtype, packaged_model
+from lpes_harness.core.models import PACKAGED_MODELS, choose_dtype, packaged_model
 
 # Settings a profile changes; everything else keeps its flag's default. The argparse
 # defaults are the paper's (kv_retrieval, population 32 / 20 generations / 200 samples per
@@ -197,7 +197,7 @@ profiles (--profile; the command line and --config override a profile's values):
          on 2 cores without AMX; over 4 h in float32: --estimate says for this machine)
   robust-smollm2-gpu  robust-smollm2 sized for one GPU: 60, 120 and 240 sentences and 16
          needles, 12 samples per position of each, population 10, no held-out table (score
-         the result with python -m lpes_harness.analysis.transfer --batch-size 10)
+         the result with python -m lpes_harness.commands.transfer --batch-size 10)
   robust-gemma3  Gemma-3-270M on 240 and 480 sentences, base scaling, the same stages
   auto   (default) robust-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
          GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other

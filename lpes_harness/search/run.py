@@ -1,25 +1,6 @@
 """The search command (``lpes-search``, or ``python searches/ga.py``): wires model, fitness, loop and callbacks.
 
-The flags, profiles and input checks are in :mod:`lpes_harness.search.cli`; the timing, estimate and
-``--time-budget`` in :mod:`lpes_harness.search.timing`.
-
-Everything a run makes goes to ``--output`` (default ``results/<run-name>/``):
-
-- ``scales.json``       the best layer scales so far (``lpes_hf scales=<path>`` reads it);
-- ``config.json``       every setting of the run, and the command line;
-- ``history.jsonl``     every individual: genome, scales, per-position scores, fitness, time;
-- ``generations.jsonl`` best / mean fitness and smoothness per generation;
-- ``curve.png``          the best curve after each generation, and at the end the run's curve (the
-                        validation's choice, which may be a uniform factor); ``fitness.png``;
-- ``checkpoint.json``   the full search state at every generation's end, and ``checkpoint.jsonl``
-                        one line per individual since (``--resume`` reads both);
-- ``sweep.json``        the uniform sweep, and while it runs ``sweep.jsonl``, one line per point.
-
-``config.json`` is written once the model is loaded, before the sweep: from then on the folder
-holds a run that ``--resume --output DIR`` continues with the settings recorded there
-(``"settings"``, :func:`lpes_harness.search.cli.settings_record`) and checks against the
-recorded fingerprint; nothing scored is lost to a kill (sweep points, individuals and held-out
-blocks are each on disk as soon as they are scored).
+The command: :mod:`lpes_harness.commands.search`.
 """
 
 from __future__ import annotations
@@ -27,24 +8,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
 import sys
 import time
 from pathlib import Path
 
-from lpes_harness.files import atomic_write_json
-from lpes_harness.models import auto_dtype, choose_dtype, default_device, machine_description
-from lpes_harness.plots import plot_uniform_points
+from lpes_harness.core.files import atomic_write_json
+from lpes_harness.core.models import auto_dtype, choose_dtype, default_device, machine_description
+from lpes_harness.evaluation.plots import plot_uniform_points
 from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
                                          SampleOrderCallback, load_checkpoint)
-from lpes_harness.search.cli import parse_args, settings_record
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.genome import ramp_genome
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
-from lpes_harness.search.run_record import (RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
+from lpes_harness.search.run_record import (settings_record, RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
                                            idle_since_last_write, read_run_record, record_genome, run_folder,
                                            run_seconds, stamp_process_end, write_config)
 from lpes_harness.search.sweep import load_or_run_sweep, start_from
@@ -63,7 +42,7 @@ class BestScalesCallback(Callback):
         self.scaling = scaling
 
     def on_generation_end(self, search, stats) -> None:
-        from lpes_harness.scales_file import write_scales_file
+        from lpes_harness.core.scales_file import write_scales_file
 
         best = search.best
         write_scales_file(
@@ -165,7 +144,7 @@ def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
         fail("--condition: a search over conditions runs in one process (the samples of each are not yet split "
              "across processes); launch it without accelerate/torchrun")
     lm = load_lm(args)
-    from lpes_harness import rope
+    from lpes_harness.core import rope
 
     n_layers = rope.num_layers(lm.model)
     configs = condition_configs(conditions, fitness_config) if several else {conditions[0].name: fitness_config}
@@ -316,7 +295,7 @@ def _left_to_do(output: Path) -> str | None:
 
 def _positions(conditions) -> int:
     """Gold positions over all conditions (what one held-out sample per position costs)."""
-    from lpes_harness.analysis.paired import task_positions
+    from lpes_harness.evaluation.paired import task_positions
 
     return sum(len(task_positions(c.task)) for c in conditions)
 
@@ -342,8 +321,8 @@ def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tupl
     those of every other attention type."""
     if not layer_type:
         return ()
-    from lpes_harness.analysis.layer_types import layers_not_of
-    from lpes_harness.models import config_layer_types
+    from lpes_harness.evaluation.layer_types import layers_not_of
+    from lpes_harness.core.models import config_layer_types
 
     types = config_layer_types(lm.model.config)
     try:
@@ -359,7 +338,7 @@ def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tupl
 def load_lm(args):
     from lm_eval.utils import simple_parse_args_string
 
-    from lpes_harness.lm import LPESLM
+    from lpes_harness.lmeval.lpes_lm import LPESLM
 
     extra = simple_parse_args_string(args.model_args)
     extra.pop("dtype", None)  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
@@ -368,28 +347,3 @@ def load_lm(args):
     # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
     batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
     return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, dtype=args.dtype_chosen, **extra)
-
-
-def main(argv=None) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = parse_args(argv)
-    if args.status:
-        from lpes_harness.search.status import run_status
-
-        try:
-            print("\n".join(run_status(run_folder(args))))
-        except ValueError as err:
-            fail(str(err))
-        return
-    try:
-        run(args)
-    except KeyboardInterrupt:  # Ctrl-C on an hours-long run: say what is kept, not a traceback
-        folder = run_folder(args)
-        kept = (f"what was scored is kept: lpes-search --resume --output {folder} continues it"
-                if (folder / RUN_RECORD).is_file() else f"nothing was written to {folder}")
-        print(f"\nlpes-search: interrupted; {kept}", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
-
-
-if __name__ == "__main__":
-    main()

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from lpes_harness.files import atomic_write_json, read_json_or_none
+from lpes_harness.core.files import atomic_write_json, read_json_or_none
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL
 from lpes_harness.search.fingerprint import mismatches
 
@@ -219,3 +219,11 @@ def record_genome(path: Path, spec) -> None:
     record = json.loads(path.read_text())
     if record.get("genome") != spec.to_dict():
         atomic_write_json(path, {**record, "genome": spec.to_dict()})
+
+
+def settings_record(args) -> dict:
+    """The run's settings under their flag names, as ``config.json``'s ``"settings"`` keeps them for
+    ``--resume``: each of ``args.setting_names`` (the command's flags, set where they were parsed) with
+    the value this run has, after profile, config file, command line and ``--time-budget``'s sizing."""
+    return json.loads(json.dumps({name: getattr(args, name) for name in args.setting_names if hasattr(args, name)},
+                                 default=str))

@@ -18,7 +18,7 @@ per-layer curve (fewer degrees of freedom), then the higher validation, then sea
 When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`), and its rows are named PI,
 not LPES.
 
-Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.analysis.score_cache.ScoreCache`,
+Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.evaluation.score_cache.ScoreCache`,
 one file per condition under ``validation/``): a killed selection resumes, and a round with more
 samples scores only the new ones.
 """
@@ -215,9 +215,9 @@ def _summary(conditions: Sequence[ValidationCondition], c: Candidate, objective:
 def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], dict], progress=None, batch_size=1):
     """The ``score`` of :func:`select`: lpes_hf on the validation split, one score cache per condition
     (``output/<condition>/scores.cache.json``), ``batch_size`` prompts per forward as the search's."""
-    from lpes_harness.analysis.conditions import slug
-    from lpes_harness.analysis.paired import CACHE_FILE, score_methods
-    from lpes_harness.analysis.score_cache import ScoreCache
+    from lpes_harness.evaluation.conditions import slug
+    from lpes_harness.evaluation.paired import CACHE_FILE, score_methods
+    from lpes_harness.evaluation.score_cache import ScoreCache
 
     def score(condition: ValidationCondition, methods: Mapping[str, Sequence[float]], n: int):
         cache = ScoreCache(output / slug(condition.name) / CACHE_FILE, identity(condition))

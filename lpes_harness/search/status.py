@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from lpes_harness.files import read_json_or_none, read_jsonl
+from lpes_harness.core.files import read_json_or_none, read_jsonl
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds, stopped_run_seconds

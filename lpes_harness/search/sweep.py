@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
+from lpes_harness.core.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
 from lpes_harness.search.sample_order import load_order_state, order_state
 
 
@@ -138,8 +138,8 @@ def snap_initial_y(best: float, y_min: float, y_max: float, y_step: float) -> fl
 
 
 def plot_sweep(sweep: dict, path: str | Path, best_curve: Sequence[float] | None = None) -> Path:
-    """Fitness against the uniform scale (:func:`lpes_harness.plots.plot_sweep`)."""
-    from lpes_harness.plots import plot_sweep as draw
+    """Fitness against the uniform scale (:func:`lpes_harness.evaluation.plots.plot_sweep`)."""
+    from lpes_harness.evaluation.plots import plot_sweep as draw
 
     path = Path(path)
     draw(sweep, path, best_curve)
@@ -177,7 +177,7 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
     def journal_point(point: dict) -> None:
         state = order_state(fitness)
         append_jsonl(journal, {**point, "sample_order": state} if state else point)
-        kill_point("sweep")  # test hook (lpes_harness.files.kill_point): a kill in the sweep
+        kill_point("sweep")  # test hook (lpes_harness.core.files.kill_point): a kill in the sweep
 
     points, best = [], None
     for kind, values, uniform in plan:

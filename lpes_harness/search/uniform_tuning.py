@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from lpes_harness.files import append_jsonl, read_jsonl
+from lpes_harness.core.files import append_jsonl, read_jsonl
 from lpes_harness.search.sample_order import load_order_state, order_state
 
 

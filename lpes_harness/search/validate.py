@@ -4,7 +4,7 @@
 ``--config`` are applied) and raises ``ValueError`` with one line naming the flag, the value
 and what is allowed; the command line turns it into ``parser.error`` (exit code 2). It
 imports no torch: the model's layer count, for the genome checks, comes from its
-``config.json`` or GGUF header (:func:`lpes_harness.scales_file.model_layer_info`).
+``config.json`` or GGUF header (:func:`lpes_harness.core.scales_file.model_layer_info`).
 
 Attributes a namespace lacks are skipped, so the check follows the command line as it grows.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lpes_harness import arg_values
+from lpes_harness.core import arg_values
 from lpes_harness.search.operators import check_mutation
 
 _MISSING = object()
@@ -158,7 +158,7 @@ def _check_model_args(args) -> None:
 
 def _check_packaged_model(args) -> None:
     """A short model name (``gemma3-270m``) whose package is not installed: say how to install it, now."""
-    from lpes_harness.models import BundledModelMissing, resolve_pretrained
+    from lpes_harness.core.models import BundledModelMissing, resolve_pretrained
 
     pretrained = _get(args, "pretrained")
     try:
@@ -176,7 +176,7 @@ def _check_genome_fits_the_model(args) -> None:
         return
     if points > MAX_CONTROL_POINTS:
         raise ValueError(f"--control-points {points}: must be 2..{MAX_CONTROL_POINTS} (the paper studies 2..5)")
-    from lpes_harness.scales_file import model_layer_info
+    from lpes_harness.core.scales_file import model_layer_info
 
     extra = _model_args(args)
     pretrained = _get(args, "pretrained")

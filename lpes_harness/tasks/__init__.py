@@ -1,7 +1,7 @@
 """Position-bias tasks for lm-eval: KV retrieval, multi-document QA, and a recipe for new ones.
 
 - ``position``: the :class:`~lpes_harness.tasks.position.PositionTask` API and splits (the lm-eval
-  glue, and the YAML generator ``python -m lpes_harness.tasks``, are in :mod:`lpes_harness.lmeval.tasks`).
+  glue, and the YAML generator ``python -m lpes_harness.commands.write_tasks``, are in :mod:`lpes_harness.lmeval.tasks`).
 - ``kv_retrieval``, ``mdqa``: LitM's two benchmarks; ``needle``: the worked example of the recipe;
   ``multi_needle``: multi-key needles, the retrieval test a small chat model can do.
 - ``metrics``: LitM's scoring; ``data``: file reading with ``file:line`` errors.

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lpes_harness.gguf_cache import loadable
+from lpes_harness.core.gguf_cache import loadable
 from lpes_harness.tasks.data import DATA_ENV_VAR, TaskDataError
 
 # lpes_harness/tasks/suites/common.py -> repository root is three folders up.
@@ -82,7 +82,7 @@ def tokenizer_from_metadata(metadata: Mapping[str, Any]):
         if not gguf_file or not (Path(str(given)) / str(gguf_file)).is_file():
             gguf_file = None
         return _load_tokenizer(*loadable(str(given), gguf_file, convert=False))
-    from lpes_harness.models import resolve_pretrained
+    from lpes_harness.core.models import resolve_pretrained
 
     pretrained = metadata.get("pretrained")
     if pretrained is not None and not isinstance(pretrained, (str, os.PathLike)):
