@@ -97,6 +97,7 @@ def main(argv=None) -> int:
     from lpes_harness.core import rope
     from lpes_harness.evaluation.paired import score_methods
     from lpes_harness.lmeval.lpes_lm import LPESLM
+    from lpes_harness.methods.setup import MethodSetup
     from lpes_harness.search.fitness import FitnessConfig, LMEvalFitness
     from lpes_harness.search.genome import GenomeSpec
 
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     rho = spearman(values["float32"], values["bfloat16"])
     parents = same_parents_rate(values["float32"], values["bfloat16"], cpu["population"], cpu["parents"], 1000, args.seed)
     best = {dtype: spec.scales(genomes[int(np.argmax(values[dtype]))]) for dtype in values}
-    heldout = score_methods(models["float32"], args.task, {f"best by {d}": s for d, s in best.items()},
+    heldout = score_methods(models["float32"], args.task, {f"best by {d}": MethodSetup.of_scales(s) for d, s in best.items()},
                             num_samples=args.heldout_samples)
     accuracy = {name: float(np.mean([v for p in by_pos.values() for v in p])) for name, by_pos in heldout["scores"].items()}
     speedup = per_sample["float32"] / per_sample["bfloat16"]

@@ -209,7 +209,7 @@ def sweep_start(run: Run, args, num_layers: int) -> dict:
 
 
 def sweep_cache(spec, sweep: dict, decimals: int) -> dict:
-    """The sweep's complete points as a GeneticSearch cache (as ``lpes_harness.search.run`` seeds it):
+    """The sweep's complete points as a GeneticSearch cache (as ``lpes_harness.search.search_stage`` seeds it):
     the start and the other uniform points are served again for no forwards."""
     from lpes_harness.search import cache_key
 

@@ -42,7 +42,7 @@ import sys
 import time
 import warnings
 
-from lpes_harness.commands.leaderboard import latency_label
+from lpes_harness.evaluation.leaderboard import latency_label
 from lpes_harness.core.files import atomic_write_json
 from lpes_harness.core.models import machine_description, positive_int
 import torch

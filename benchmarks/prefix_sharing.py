@@ -4,7 +4,7 @@
 
 One model load (``lpes_hf`` on the bundled SmolLM2 unless ``--pretrained``, scaled by ``--scales``:
 by default the committed reference curve, so the scaled rotary path runs on the cached tokens too).
-A sample here is what one chunk of a held-out table (``analysis.paired``) gives the scorer: the
+A sample here is what one chunk of a held-out table (``commands.paired``) gives the scorer: the
 same ``multi_needle`` held-out sample at the five gold positions, five prompts that are one text
 but where the gold needle sits. Each sample is scored by
 

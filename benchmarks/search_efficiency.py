@@ -21,7 +21,7 @@ the GA demo's search used before it had a time budget (about 3x). Methods (``--m
   is part of the GA and stays on.
 - ``ga``: the GA as ``make demo`` runs it: the sweep of uniform 1 and 0.8 (raced, with the
   search's fitness; its forwards count) picks the start, racing on, the fitness cache on, the
-  sweep's points in the cache (``lpes_harness.search.run``). Racing here keeps the ``roles`` sample
+  sweep's points in the cache (``lpes_harness.search.search_stage``). Racing here keeps the ``roles`` sample
   order, as the demo did when this benchmark's committed runs began; the demo now races
   ``hardest`` first, which walks the same path in fewer forwards (``benchmarks/sample_order.py``
   replays this journal that way), so at a given budget it gets further than this row.
@@ -227,9 +227,11 @@ def heldout_gain(lm, args, cache, num_layers: int, start: float, scales) -> dict
     """The best curve, vanilla and the uniform start on the same held-out samples, paired."""
     from lpes_harness.evaluation.paired import score_methods
     from lpes_harness.evaluation.stats import compare_paired
+    from lpes_harness.methods.setup import MethodSetup
 
     spec = genome_spec(args, num_layers)
-    methods = {"vanilla": [1.0] * num_layers, "start": spec.uniform(start), "best": list(scales)}
+    rows = {"vanilla": [1.0] * num_layers, "start": spec.uniform(start), "best": scales}
+    methods = {name: MethodSetup.of_scales(row) for name, row in rows.items()}
     scored = score_methods(lm, args.task, methods, num_samples=args.heldout_samples, metadata=args.metadata, cache=cache)
     flat = {name: [s for p in sorted(by_percent) for s in by_percent[p]] for name, by_percent in scored["scores"].items()}
 

@@ -5,7 +5,10 @@ measures, in one run:
 
 - the wall time of ``python -c pass`` (median of N runs; target < 20 ms), and
 - the hook's own import time, from ``python -X importtime -c pass``;
-- that neither torch nor lm-eval is imported at start-up.
+- that neither torch nor lm-eval is imported at start-up;
+- the wall time of a fresh process that imports lpes-search's settings check
+  (``lpes_harness.search.validate``), the check's whole cost before a search loads anything (it was
+  under 1.5 s; tests/test_search_validate.py checks that it imports no model library).
 
     python benchmarks/startup.py [--runs 30]
 """
@@ -24,6 +27,16 @@ def wall_time_ms(runs: int) -> list[float]:
     for _ in range(runs):
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def search_check_ms(runs: int) -> list[float]:
+    code = "import lpes_harness.search.validate"
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
         times.append((time.perf_counter() - start) * 1000)
     return times
 
@@ -56,9 +69,11 @@ def main():
     times = wall_time_ms(args.runs)
     hook = statistics.median(hook_import_us() for _ in range(5))
     heavy = heavy_modules_at_start_up()
+    check = search_check_ms(max(3, args.runs // 3))
     print(f"python -c pass: median {statistics.median(times):.1f} ms (min {min(times):.1f}, max {max(times):.1f}, n={args.runs})")
     print(f"lpes_harness start-up hook import: {hook / 1000:.2f} ms")
     print(f"heavy modules imported at start-up: {heavy or 'none'}")
+    print(f"lpes-search settings check, a fresh process: median {statistics.median(check):.0f} ms (n={len(check)})")
     print(f"startup: {statistics.median(times):.1f} ms hook: {hook / 1000:.2f} ms (target < 20 ms)")
 
 

@@ -6,6 +6,7 @@ from tiny_models import random_ids, tiny_model
 
 from lpes_harness.core import rope
 from lpes_harness.commands import attention
+from lpes_harness.evaluation import middle_attention
 
 
 def _eager_last_rows(model, ids):
@@ -22,7 +23,7 @@ def test_hook_row_matches_eager_attention_with_and_without_lpes(arch, scale):
     ids = random_ids(60)
     rope.install(model, scale)
     expected = _eager_last_rows(model, ids)
-    recorder = attention.LastRowRecorder(model)
+    recorder = middle_attention.LastRowRecorder(model)
     with torch.no_grad():
         model(input_ids=ids, use_cache=False)
     recorder.remove()
@@ -35,16 +36,16 @@ def test_hook_row_matches_eager_attention_with_and_without_lpes(arch, scale):
 def test_middle_mass_is_the_share_on_the_middle_third():
     model = tiny_model("llama", attn_implementation="eager")
     ids = random_ids(61)
-    start, end = attention.middle_third(61)
+    start, end = middle_attention.middle_third(61)
     assert (start, end) == (20, 40)
     expected = [float(row[:, start:end].sum(-1).mean()) for row in _eager_last_rows(model, ids)]
-    assert attention.middle_mass(model, ids) == pytest.approx(expected, abs=1e-5)
+    assert middle_attention.middle_mass(model, ids) == pytest.approx(expected, abs=1e-5)
 
 
 def test_run_compares_uniform_scales_and_leaves_model_clean():
     model = tiny_model("llama")  # SDPA: the analysis must not need eager attention
     inputs = [random_ids(48, seed=s) for s in (1, 2)]
-    results = attention.run(model, inputs, [1.0, 4.0])
+    results = middle_attention.run(model, inputs, [1.0, 4.0])
     assert not rope.is_installed(model)
     assert set(results["scales"]) == {"1.0", "4.0"}
     vanilla, scaled = results["scales"]["1.0"]["mean"], results["scales"]["4.0"]["mean"]

@@ -1,4 +1,4 @@
-"""analysis.layer_types: a curve by attention type, and the one-type ablation files (tiny configs, no weights)."""
+"""commands.layer_types: a curve by attention type, and the one-type ablation files (tiny configs, no weights)."""
 
 import json
 

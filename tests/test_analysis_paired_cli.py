@@ -11,11 +11,21 @@ from tiny_models import save_tiny_checkpoint
 from lpes_harness.evaluation.paired import several_lpes_methods
 from lpes_harness.evaluation.score_cache import ScoreCache
 from lpes_harness.commands import paired as paired_command
+from lpes_harness.methods.setup import MethodSetup
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_paired"), "llama")
+
+
+def factors(rows):
+    """Each row's factors by name: every row of these tables is a set-up of the loaded lpes_hf."""
+    assert all(isinstance(setup, MethodSetup) and setup.is_scaled for setup in rows.values())
+    return {name: list(setup.scales) for name, setup in rows.items()}
+
+
+VANILLA = {"vanilla": MethodSetup.of_scales([1.0] * 4)}  # the tiny checkpoint's plain model
 
 
 def paired(*args):
@@ -30,7 +40,7 @@ def common(checkpoint, output):
 
 
 def test_several_curves_get_their_own_rows_after_vanilla():
-    methods = several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.7]})
+    methods = factors(several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.7]}))
     assert list(methods) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b"]
     assert methods["PI a"] == [1.5, 1.5] and methods["vanilla"] == [1.0, 1.0]
     assert list(several_lpes_methods({"a": [1.0, 2.0], "b": [0.5, 0.7]}, with_pi=False)) == ["vanilla", "LPES a", "LPES b"]
@@ -189,7 +199,7 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
     """lm-eval's own ``hf`` model is vanilla: through the baseline path (lm-eval loglikelihood) it must
     give vanilla's per-sample scores, read through lpes_hf's shared-prefix scorer. Log-probabilities,
     not 0/1, so that a random model's all-zero accuracy cannot make the comparison pass."""
-    from lpes_harness.evaluation.baseline_rows import Baseline, load_baseline_lm
+    from lpes_harness.evaluation.baseline_rows import load_baseline_lm
     from lpes_harness.evaluation.paired import score_methods
     from lpes_harness.lmeval.lpes_lm import LPESLM
 
@@ -201,8 +211,8 @@ def test_a_baseline_model_is_scored_on_the_same_prompts_as_vanilla(checkpoint):
         return load_baseline_lm(baseline, checkpoint, "float32")
 
     reported = []
-    scored = score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, num_samples=2, metadata={"num_pairs": 3},
-                           mode="logprob", baselines={"hf again": Baseline("hf", "device=cpu")}, load_baseline=load,
+    scored = score_methods(lm, "kv_retrieval", {**VANILLA, "hf again": MethodSetup("hf", "device=cpu")}, num_samples=2,
+                           metadata={"num_pairs": 3}, mode="logprob", load_baseline=load,
                            progress=lambda name, percent, count: reported.append((name, percent, count)))
     assert loaded == ["hf:device=cpu"] and list(scored["scores"]) == ["vanilla", "hf again"]
     # The bar counts samples: none cached at any position, then both at every position (scored together,
@@ -275,7 +285,7 @@ def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypat
     cache = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
     run = dict(num_samples=5, metadata={"num_pairs": 3}, mode="logprob", cache=cache)
     with pytest.raises(KeyboardInterrupt):
-        module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **run)
+        module.score_methods(lm, "kv_retrieval", VANILLA, **run)
     positions = [0, 20, 40, 60, 80, 100]
     assert asked == [{p: [0, 1] for p in positions}, {p: [2, 3] for p in positions}]
     kept = {p: ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"}).get([1.0] * 4, p) for p in positions}
@@ -285,7 +295,7 @@ def test_a_killed_run_keeps_every_finished_chunk(checkpoint, tmp_path, monkeypat
     monkeypatch.setattr(PositionScorer, "scores_at", lambda self, requests: asked.append(dict(requests))
                         or real_scores(self, requests))
     again = ScoreCache(tmp_path / "c.json", {"task": "kv_retrieval"})
-    scored = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **{**run, "cache": again})
+    scored = module.score_methods(lm, "kv_retrieval", VANILLA, **{**run, "cache": again})
     assert asked == [{p: [4] for p in positions}]  # only the fifth sample, at every position
     for p in positions:
         assert scored["scores"]["vanilla"][p][:4] == kept[p] and len(scored["scores"]["vanilla"][p]) == 5
@@ -353,8 +363,8 @@ def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(chec
 
     lm = LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
     run = dict(num_samples=3, metadata={"num_pairs": 3}, mode="logprob")
-    alone = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, **run)["scores"]["vanilla"]
-    batched = module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, batch_size=3, **run)["scores"]["vanilla"]
+    alone = module.score_methods(lm, "kv_retrieval", VANILLA, **run)["scores"]["vanilla"]
+    batched = module.score_methods(lm, "kv_retrieval", VANILLA, batch_size=3, **run)["scores"]["vanilla"]
     assert len({v for p in alone for v in alone[p]}) > 1
     for percent in alone:
         assert batched[percent] == pytest.approx(alone[percent], abs=1e-4)
@@ -367,8 +377,9 @@ def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(chec
     monkeypatch.setattr(PositionScorer, "scores_at",
                         lambda self, requests: calls.append(sum(map(len, requests.values()))) or scores_at(self, requests))
     cache = ScoreCache(tmp_path / "c.json", {"x": 1})
-    module.score_methods(lm, "kv_retrieval", {"vanilla": [1.0] * 4}, batch_size=2 * module.CHUNK, cache=cache, **run)
-    module.score_methods(lm, "kv_retrieval", {"other": [1.5] * 4}, batch_size="auto", cache=cache, **run)
+    module.score_methods(lm, "kv_retrieval", VANILLA, batch_size=2 * module.CHUNK, cache=cache, **run)
+    module.score_methods(lm, "kv_retrieval", {"other": MethodSetup.of_scales([1.5] * 4)}, batch_size="auto", cache=cache,
+                         **run)
     assert chunks == [2 * module.CHUNK, module.CHUNK]
     # 6 positions x 3 samples: one call of all 18 at batch 20; at CHUNK 10, 2 samples a position (12), then the last 6.
     assert calls == [18, 12, 6]
@@ -390,4 +401,4 @@ def test_a_uniform_row_of_base_scaling_says_so_in_its_name():
 
     assert uniform_name(0.75) == "uniform 0.75" and uniform_name(0.75, "base") == "uniform base 0.75"
     assert uniform_name((1.2, 2.0), "both") == "uniform 1.2:2"
-    assert lpes_methods([0.5, 1.5], [0.75], scaling="base")["uniform base 0.75"] == [0.75, 0.75]
+    assert factors(lpes_methods([0.5, 1.5], [0.75], scaling="base"))["uniform base 0.75"] == [0.75, 0.75]

@@ -1,4 +1,4 @@
-"""analysis.pooled: rows of several held-out tables pooled into one paired test, sample by sample."""
+"""commands.pooled: rows of several held-out tables pooled into one paired test, sample by sample."""
 
 from __future__ import annotations
 

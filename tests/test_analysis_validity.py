@@ -7,7 +7,7 @@ import pytest
 from lm_eval.api.model import LM
 from tiny_models import save_tiny_checkpoint
 
-from lpes_harness.commands.check import check_task, format_report
+from lpes_harness.evaluation.validity import check_task, format_report
 
 NUMBER = re.compile(r"special magic number for (\w+) is (\d+)")
 
@@ -105,13 +105,13 @@ def test_check_runs_on_a_tiny_model(tmp_path):
 
 def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
     """`lpes-check --grid`: one row per setting, one result file each, and a rerun reads them back."""
-    from lpes_harness.commands import check as validity
+    from lpes_harness.commands import check as check_command
 
     checkpoint = str(save_tiny_checkpoint(tmp_path, "llama"))
     out = tmp_path / "calibration"
     argv = ["--task", "needle", "--pretrained", checkpoint, "--num-samples", "2", "--out", str(out),
             "--grid", '{"num_sentences": [4, 8]}']
-    validity.main(argv)
+    check_command.main(argv)
     rows = [line for line in (out / "calibration.md").read_text().splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [row.split(" | ")[0] for row in rows] == ["| 4", "| 8"]
     tokens = [json.loads((out / f"num_sentences-{n}.json").read_text())["prompt_tokens"] for n in (4, 8)]
@@ -120,10 +120,10 @@ def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("a setting with a result in --out was checked again")
 
-    monkeypatch.setattr(validity, "check_task", must_not_run)
-    validity.main(argv)  # resumed: both settings read back
+    monkeypatch.setattr(check_command, "check_task", must_not_run)
+    check_command.main(argv)  # resumed: both settings read back
     with pytest.raises(AssertionError, match="checked again"):
-        validity.main(argv[:-1] + ['{"num_sentences": [4, 12]}'])  # a new setting runs
+        check_command.main(argv[:-1] + ['{"num_sentences": [4, 12]}'])  # a new setting runs
 
 
 @pytest.mark.parametrize("grid, message", [
@@ -132,8 +132,9 @@ def test_calibration_grid_on_a_tiny_model(tmp_path, monkeypatch):
     ('{"num_sentence": [4]}', "did you mean 'num_sentences'"),
 ])
 def test_a_bad_grid_stops_before_the_model_loads(grid, message, capsys):
-    from lpes_harness.commands import check as validity
+    from lpes_harness.commands import check as check_command
 
     with pytest.raises(SystemExit) as stopped:
-        validity.main(["--task", "needle", "--pretrained", "/nonexistent", "--grid", grid])
+        # A model that is not there (an id in no cache, offline): a load would fail on it, not on the grid.
+        check_command.main(["--task", "needle", "--pretrained", "lpes-test-no-such-org/no-such-model", "--grid", grid])
     assert stopped.value.code == 2 and message in capsys.readouterr().err

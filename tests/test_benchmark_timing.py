@@ -30,7 +30,7 @@ def test_batched_fitness_refuses_a_bad_batch_size(capsys):
 
 def test_latency_times_every_method_of_the_table_by_its_label():
     """Each method the table runs with position scaling or none has a row, named as the leaderboard reads it."""
-    from lpes_harness.commands.leaderboard import latency_label
+    from lpes_harness.evaluation.leaderboard import latency_label
     from lpes_harness.methods import METHODS
 
     latency = load("latency")

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from lpes_harness.commands import leaderboard
-from lpes_harness.commands.leaderboard import main, render
+from lpes_harness.commands.leaderboard import main
+from lpes_harness.evaluation import leaderboard
+from lpes_harness.evaluation.leaderboard import render
 from lpes_harness.evaluation.leaderboard_boards import Board
 from lpes_harness.evaluation.leaderboard_rows import LeaderboardError, read_table
 from lpes_harness.evaluation.stats import accuracy_with_interval, compare_paired, format_p

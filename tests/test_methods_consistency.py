@@ -3,11 +3,9 @@
 import pytest
 import torch
 from lm_eval.api.instance import Instance
-from tiny_models import random_ids, save_tiny_checkpoint, tiny_gemma3, tiny_model, tiny_tokenizer
+from tiny_models import assert_same_greedy_steps, random_ids, save_tiny_checkpoint, tiny_gemma3, tiny_model, tiny_tokenizer
 
-from lpes_harness.methods import buckets, moice, mspoe
-
-from lpes_harness.commands import train_moice
+from lpes_harness.methods import buckets, moice, moice_training, mspoe
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.core.rope_anatomy import LPESError
 from lpes_harness.lmeval.method_lm import BOUND
@@ -101,10 +99,11 @@ def test_cached_generation_equals_uncached(method, arch):
     ids = random_ids(16, batch=2)
     mask = torch.ones_like(ids)
     mask[0, :4] = 0
+    steps = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
-        cached = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
-        uncached = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, use_cache=False)
-    assert torch.equal(cached, uncached)
+        cached = model.generate(ids, **steps)
+        uncached = model.generate(ids, use_cache=False, **steps)
+    assert_same_greedy_steps(cached.sequences, uncached.sequences, torch.stack(cached.logits), torch.stack(uncached.logits))
 
 
 def test_mspoe_decoding_keeps_the_head_order_of_the_prefill():
@@ -119,16 +118,23 @@ def test_mspoe_decoding_keeps_the_head_order_of_the_prefill():
 
 
 @pytest.mark.parametrize("arch", ["mistral", "gemma3"])
-def test_buckets_cached_generation_equals_recomputing_each_step(arch):
+def test_buckets_cached_generation_equals_recomputing_each_step(arch, monkeypatch):
     model = buckets.install(build(arch))
     ids = random_ids(12)
+    full_logits, cached_logits = buckets.forward_logits, []
+
+    def recorded(*args, **kwargs):  # what generate's steps score on the cache
+        cached_logits.append(full_logits(*args, **kwargs))
+        return cached_logits[-1]
+
+    monkeypatch.setattr(buckets, "forward_logits", recorded)
     with torch.no_grad():
         cached = buckets.generate(model, ids, max_new_tokens=6)
-        sequence = ids
+        sequence, recomputed_logits = ids, []
         for _ in range(6):
-            step = buckets.forward_logits(model, sequence)[:, -1].argmax(-1, keepdim=True)
-            sequence = torch.cat([sequence, step], dim=-1)
-    assert torch.equal(cached, sequence)
+            recomputed_logits.append(full_logits(model, sequence)[:, -1])
+            sequence = torch.cat([sequence, recomputed_logits[-1].argmax(-1, keepdim=True)], dim=-1)
+    assert_same_greedy_steps(cached, sequence, torch.stack(cached_logits), torch.stack(recomputed_logits))
 
 
 def _as_multi_head(gqa_model):
@@ -184,7 +190,7 @@ def test_moice_gates_round_trip_and_training_moves_only_the_routers(tmp_path):
     frozen = {n: p.clone() for n, p in model.named_parameters() if "moice_router" not in n}
     before = [p.clone() for r in moice.routers(model) for p in r.parameters()]
     chunks = [random_ids(32, seed=s)[0] for s in range(4)]
-    history = train_moice.train_gates(model, chunks, steps=3, lr=1e-2, log=lambda _: None)
+    history = moice_training.train_gates(model, chunks, steps=3, lr=1e-2, log=lambda _: None)
     assert len(history) == 3 and all("balance_loss" in h for h in history)
     after = [p for r in moice.routers(model) for p in r.parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
@@ -201,20 +207,20 @@ def test_moice_gates_round_trip_and_training_moves_only_the_routers(tmp_path):
 def test_training_the_routers_lowers_the_lm_loss_they_are_trained_on():
     model = moice.install(tiny_model("llama"))
     chunks = [random_ids(32, seed=s)[0] for s in range(2)]
-    before = train_moice.mean_lm_loss(model, chunks)
-    train_moice.train_gates(model, chunks, steps=15, lr=3e-2, aux_coef=0.0, log=lambda _: None)
-    assert train_moice.mean_lm_loss(model, chunks) < before
+    before = moice_training.mean_lm_loss(model, chunks)
+    moice_training.train_gates(model, chunks, steps=15, lr=3e-2, aux_coef=0.0, log=lambda _: None)
+    assert moice_training.mean_lm_loss(model, chunks) < before
 
 
 def test_balance_loss_is_one_when_uniform_and_larger_when_collapsed():
     uniform = [torch.zeros(1, 2, 5, 4)]
     collapsed = [torch.tensor([5.0, 0, 0, 0]).expand(1, 2, 5, 4)]
-    assert train_moice.balance_loss(uniform).item() == pytest.approx(1.0, abs=0.3)
-    assert train_moice.balance_loss(collapsed).item() > 3.5
+    assert moice_training.balance_loss(uniform).item() == pytest.approx(1.0, abs=0.3)
+    assert moice_training.balance_loss(collapsed).item() > 3.5
 
 
 def test_synthetic_corpus_asks_about_facts_it_stated():
-    document = train_moice.synthetic_corpus(1, seed=3)[0]
+    document = moice_training.synthetic_corpus(1, seed=3)[0]
     text, questions = document.split("\n", 1)
     for line in questions.splitlines():
         count = line.rsplit("Answer: ", 1)[1].rstrip(".")

@@ -17,11 +17,12 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 from conftest import converted_bundled_model
-from tiny_models import logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
+from tiny_models import assert_same_greedy_steps, logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
 from lpes_harness.methods import fitm, poshidden, string_shift
 
 from lpes_harness.commands import poshidden_channel
+from lpes_harness.evaluation import poshidden_channels
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.lmeval.method_lm import BOUND
 from lpes_harness.lmeval.method_models import FitMLM, PosHiddenLM
@@ -91,11 +92,19 @@ def test_poshidden_changes_the_answer_queries_only(arch):
     assert (ours[:, 15:] - plain[:, 15:]).abs().amax(-1).min() > 1e-4
 
 
-def test_string_off_is_the_plain_model_and_s_equal_w_only_applies_the_factor():
+def rewritten(model) -> list[bool]:
+    """Per layer: is its attention's forward replaced (a rewrite installed)?"""
+    return ["forward" in vars(layer.self_attn) for layer in model.model.layers]
+
+
+def test_string_off_installs_nothing_and_s_equal_w_only_applies_the_factor():
     model = tiny_model("llama")
     ids, mask = left_padded(40)
     plain, plain_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
     string_shift.install(model, shifted_offset=0)
+    # Off is the plain model because nothing is installed (the reference's ``if shifted_offset > 1``), which
+    # is all this shows: the rewrite itself at its identity is checked by the test below, on every family.
+    assert not any(rewritten(model)) and string_shift.settings(model)["attention_factor"] == 1.0
     assert torch.equal(logits(model, ids), plain)
     string_shift.remove(model)
     string_shift.install(model, shifted_offset=16, local_window=16, attention_factor=1.0)  # shift S - W = 0
@@ -109,6 +118,35 @@ def test_string_off_is_the_plain_model_and_s_equal_w_only_applies_the_factor():
     assert (shifted[:, 12:] - plain[:, 12:]).abs().max() > 1e-3, "distances >= S must move"
     string_shift.remove(model)
     assert torch.equal(logits(model, ids), plain)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_string_rewrite_at_its_identity_is_the_plain_model(arch, attn, monkeypatch):
+    """STRING's rewrite installed, at settings that are the plain model by its definition (attention factor
+    1, and no distance shifted: ``S`` beyond the prompt, or ``S = W``, a shift of ``S - W = 0``).
+
+    ``S`` beyond the prompt in one block of queries: every key is scored by the near rotation in one product
+    over all keys, then the same scaling, masked softmax and weighted sum as eager attention: bit for bit
+    against an eager model. ``S = W``: the far rotation (recomputed from the positions) is used for the keys
+    at distance >= S, the keys split over up to three products per block, in blocks of 7 or one; against
+    sdpa, another kernel: the same sums in another order, within 1e-5 (float32 rounding of logits ~1; the
+    difference seen is under 1e-6), the tolerance of the rivals' other identity checks."""
+    model = build(arch, attn_implementation=attn)
+    ids, mask = left_padded(40)
+    real = mask.bool()  # padding queries differ (the kernel's row vs a uniform one), they are never read
+    plain, plain_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
+    for offset, window, block in ((64, 1, 256), (16, 16, 256), (16, 16, 7)):
+        monkeypatch.setattr(string_shift, "QUERY_BLOCK", block)
+        string_shift.install(model, shifted_offset=offset, local_window=window, attention_factor=1.0)
+        assert all(rewritten(model)), "the rewrite must be installed in every layer"
+        ours, ours_masked = logits(model, ids), logits(model, ids, attention_mask=mask)
+        if attn == "eager" and offset > ids.shape[1] and block >= ids.shape[1]:
+            assert torch.equal(ours, plain) and torch.equal(ours_masked[real], plain_masked[real]), (offset, window)
+        torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours_masked[real], plain_masked[real], rtol=1e-5, atol=1e-5)
+        string_shift.remove(model)
+    assert not any(rewritten(model)) and torch.equal(logits(model, ids), plain)
 
 
 def _naive_string_attention(attn, rotary, hidden, shifted_offset, local_window, factor):
@@ -170,6 +208,120 @@ def test_fitm_near_zero_strength_runs_its_path_and_stays_at_the_plain_model():
     with torch.no_grad():
         ours = fitm.forward_logits(model, ids, attention_mask=mask)
     torch.testing.assert_close(ours, plain_masked, rtol=1e-5, atol=1e-5)
+
+
+# left_padded's row 0 is padded by 4, its prompt ends at column 20 (17 tokens); row 1 has no padding and ends at
+# 25 (26 tokens): cut into 4 spans of equal token count (region 0:1), they are these [start, end) columns.
+FITM_QUERY_START = [20, 25]
+FITM_SPANS = [[[4, 8], [8, 12], [12, 16], [16, 21]], [[0, 6], [6, 13], [13, 19], [19, 26]]]
+
+
+def _attention_inputs(model, layer, ids, mask):
+    """Hidden states and (cos, sin) that layer ``layer``'s attention receives in one forward of the model."""
+    captured = {}
+
+    def capture(module, args, kwargs):
+        captured.update(hidden=kwargs["hidden_states"] if "hidden_states" in kwargs else args[0],
+                        rope=kwargs["position_embeddings"])
+
+    handle = model.model.layers[layer].self_attn.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        logits(model, ids, attention_mask=mask)
+    finally:
+        handle.remove()
+    return captured["hidden"], captured["rope"]
+
+
+def _visible(model, layer, mask):
+    """(B, n, n): key j is seen by query i if j <= i, j is no padding, and within a sliding layer's window."""
+    n = mask.shape[1]
+    distance = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+    seen = (distance >= 0)[None] & mask.bool()[:, None, :]
+    if (getattr(model.config, "layer_types", None) or [None] * (layer + 1))[layer] == "sliding_attention":
+        seen &= (distance < model.config.sliding_window)[None]
+    return seen
+
+
+def _plain_weights(attn, hidden, rope, visible):
+    """softmax(q . k x scaling) over the visible keys, ``(B, H, n, n)``, and the values ``(B, H, n, D)``,
+    from the layer's own projections (and Gemma-3's q / k norms)."""
+    def rotate(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), -1) * sin[:, None]
+
+    shape = (*hidden.shape[:2], -1, attn.head_dim)
+    q, k, v = (proj(hidden).view(shape).transpose(1, 2) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    if hasattr(attn, "q_norm"):
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = rotate(q, *rope), rotate(k, *rope)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = (q @ k.transpose(-1, -2) * attn.scaling).masked_fill(~visible[:, None], float("-inf"))
+    return torch.softmax(scores, -1).nan_to_num(0.0), v  # a padding query sees nothing: never read
+
+
+def _calibrated_query(plain, dummies, spans, seen, temperature, strength):
+    """One query's weights ``(H, n)`` calibrated as the paper defines it: span k's mean per-token weight A_k,
+    its dummy copy's D_k on the dummy span (both over the keys the query sees); the spans' new means are in
+    proportion softmax_k((A_k - D_k) / t), their total weight kept, each span's weights keeping their
+    proportions; keys outside every span keep theirs; ``strength`` mixes the result with the plain weights."""
+    calibrated = plain.clone()
+    keys = [torch.arange(start, end)[seen[start:end]] for start, end in spans]
+    for head in range(plain.shape[0]):
+        kept = [k for k, ks in enumerate(keys) if len(ks) and plain[head, ks].sum() > 0]
+        if not kept:
+            continue
+        mass = {k: plain[head, keys[k]].sum() for k in kept}
+        relevance = torch.stack([(mass[k] - dummies[k][head, keys[k]].sum()) / len(keys[k]) for k in kept])
+        alpha = torch.softmax(relevance / temperature, 0)
+        total, norm = sum(mass.values()), sum(a * len(keys[k]) for a, k in zip(alpha, kept))
+        for a, k in zip(alpha, kept):
+            calibrated[head, keys[k]] = plain[head, keys[k]] * (total * a * len(keys[k]) / norm) / mass[k]
+    return plain + strength * (calibrated - plain)
+
+
+@pytest.mark.parametrize("strength", [0.5, 1.0])
+@pytest.mark.parametrize("arch, layer", [("llama", 2), ("qwen2", 3), ("mistral", 2), ("gemma3", 0), ("gemma3", 1)])
+def test_fitm_calibration_at_real_strengths_matches_its_definition(arch, layer, strength):
+    """The calibration path end to end (the dummy copies built and run, the spans cut, Eq. 4-6 applied at the
+    answer queries, mixed by ``strength``) against a reference written from the definition: the plain model
+    run on the prompt and on each dummy copy, per query and head. Gemma-3's layer 0 is a sliding one (window
+    8): late queries see part of a span or none. Within float32 rounding (1e-4 relative, 1e-5 absolute)."""
+    model = build(arch)
+    attn, temperature = model.model.layers[layer].self_attn, 0.02
+    ids, mask = left_padded(32)
+    visible = _visible(model, layer, mask)
+    with torch.no_grad():
+        weights, values = _plain_weights(attn, *_attention_inputs(model, layer, ids, mask), visible)
+        dummy_weights = []
+        for k in range(4):
+            copy = ids.clone()
+            for row, spans in enumerate(FITM_SPANS):
+                start, end = spans[k]
+                copy[row, start:end] = torch.tensor(DUMMY).repeat(end - start)[: end - start]
+            dummy_weights.append(_plain_weights(attn, *_attention_inputs(model, layer, copy, mask), visible)[0])
+        expected = weights.clone()
+        for row, first in enumerate(FITM_QUERY_START):
+            for query in range(first, ids.shape[1]):
+                dummies = [d[row, :, query] for d in dummy_weights]
+                expected[row, :, query] = _calibrated_query(weights[row, :, query], dummies, FITM_SPANS[row],
+                                                            visible[row, query], temperature, strength)
+        merge = lambda w: attn.o_proj((w @ values).transpose(1, 2).reshape(*ids.shape, -1))  # noqa: E731
+        plain_out, expected_out = merge(weights), merge(expected)
+    captured = {}
+    attn.register_forward_hook(lambda module, args, out: captured.update(out=out[0]))
+    fitm.install(model, strength=strength, temperature=temperature, num_spans=4, region="0:1", layers=str(layer),
+                 dummy_ids=DUMMY)
+    with torch.no_grad():
+        fitm.forward_logits(model, ids, attention_mask=mask, query_start=FITM_QUERY_START)
+    assert fitm.get_state(model).spans.tolist() == FITM_SPANS
+    ours, real = captured["out"][: len(ids)], mask.bool()
+    torch.testing.assert_close(ours[real], expected_out[real], rtol=1e-4, atol=1e-5)
+    answers = torch.zeros_like(real)
+    for row, first in enumerate(FITM_QUERY_START):
+        answers[row, first:] = True
+    assert (ours - plain_out)[answers].abs().max() > 1e-3, "the calibration must change the answer queries"
+    torch.testing.assert_close(ours[real & ~answers], plain_out[real & ~answers], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -287,18 +439,19 @@ def test_fitm_decoding_on_a_sliding_windows_cache_gives_the_full_forwards_logits
 
 
 def _recompute(next_logits, ids, mask, steps):
-    """Greedy decoding by one forward over the whole sequence per step (no cache)."""
-    sequence = ids
+    """Greedy decoding by one forward over the whole sequence per step (no cache): the sequence, and each
+    step's logits ``(steps, B, V)``."""
+    sequence, scores = ids, []
     for _ in range(steps):
         full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], sequence.shape[1] - ids.shape[1])], -1)
-        step = next_logits(sequence, full_mask).argmax(-1, keepdim=True)
-        sequence = torch.cat([sequence, step], -1)
-    return sequence
+        scores.append(next_logits(sequence, full_mask))
+        sequence = torch.cat([sequence, scores[-1].argmax(-1, keepdim=True)], -1)
+    return sequence, torch.stack(scores)
 
 
 @pytest.mark.parametrize("rival", ["poshidden", "string", "fitm", "fitm_two_copies"])
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
-def test_cached_generation_equals_full_recomputation(rival, arch):
+def test_cached_generation_equals_full_recomputation(rival, arch, monkeypatch):
     # Gemma-3: a 16-token prompt and 8 new tokens against a sliding window of 8 (its cache drops keys).
     model = build(arch)
     ids, mask = left_padded(16, pad=3)
@@ -308,9 +461,13 @@ def test_cached_generation_equals_full_recomputation(rival, arch):
         if rival.startswith("fitm"):
             fitm.install(model, num_spans=3, dummy_ids=DUMMY, temperature=1e-2, region="0:1",
                          spans_per_copy=2 if rival == "fitm_two_copies" else 1)
+            full_logits, cached_logits = fitm.forward_logits, []
+            monkeypatch.setattr(fitm, "forward_logits",  # what generate's steps score on the cache
+                                lambda *a, **k: cached_logits.append(full_logits(*a, **k)) or cached_logits[-1])
             cached = fitm.generate(model, ids, attention_mask=mask, max_new_tokens=8)
-            full = _recompute(lambda s, m: fitm.forward_logits(model, s, m, positions(m), query_start=[last] * 2)[:, -1],
-                              ids, mask, 8)
+            cached_logits = torch.stack(cached_logits)
+            full, full_scores = _recompute(
+                lambda s, m: full_logits(model, s, m, positions(m), query_start=[last] * 2)[:, -1], ids, mask, 8)
         else:
             if rival == "poshidden":
                 poshidden.install(model, channels=[3, 17], factor=-1.0, layers="0:")
@@ -318,13 +475,15 @@ def test_cached_generation_equals_full_recomputation(rival, arch):
             else:
                 string_shift.install(model, shifted_offset=6, local_window=2)
                 context = torch.no_grad()
-            cached = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+            generated = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                       output_logits=True, return_dict_in_generate=True)
+            cached, cached_logits = generated.sequences, torch.stack(generated.logits)
             with context:
                 def step(s, m):
                     return model(s, attention_mask=m, position_ids=positions(m), use_cache=False).logits[:, -1]
 
-                full = _recompute(step, ids, mask, 8)
-    assert torch.equal(cached, full)
+                full, full_scores = _recompute(step, ids, mask, 8)
+    assert_same_greedy_steps(cached, full, cached_logits, full_scores)
 
 
 # ----------------------------------------------------------------------------- refusals and errors
@@ -414,7 +573,7 @@ def test_the_statistic_finds_a_planted_positional_channel():
     for layer in range(1, 11):
         mean[layer, :, 5] = -2.0 * trend + rng.normal(size=length) * 0.01  # falls with position, smoothly
         mean[layer, :, 9] = trend + rng.normal(size=length) * 0.3  # rises, but noisily
-    ranked = poshidden_channel.rank_channels(mean, top_k=3)
+    ranked = poshidden_channels.rank_channels(mean, top_k=3)
     assert ranked[0]["channel"] == 5 and ranked[0]["direction"] == "falling"
     assert ranked[0]["monotone_layers"] == list(range(2, 11))
     assert poshidden.default_layers(32) == list(range(10, 26))  # the reference's 7B band
@@ -602,7 +761,7 @@ def test_the_selection_picks_the_best_channel_and_factor_on_a_position_task(eigh
     manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
                           metadata={**metadata, "split": "search", "num_samples": 1})
     lm = PosHiddenLM(pretrained=eight_layer_checkpoint, channels=3, factor=0, device="cpu")
-    found = poshidden_channel.select(lm, [3, 17], [0.0, -1.0], "multi_needle", 1, metadata, manager, log=lambda _: None)
+    found = poshidden_channels.select(lm, [3, 17], [0.0, -1.0], "multi_needle", 1, metadata, manager, log=lambda _: None)
     assert [(r["channel"], r["factor"]) for r in found["scores"]] == [(3, 0.0), (3, -1.0), (17, 0.0), (17, -1.0)]
     best = max(found["scores"], key=lambda r: r["mean_logprob"])
     assert found["best"] == best and found["positions"] == [0, 25, 50, 75, 100]

@@ -46,12 +46,15 @@ def test_every_identity_setting_is_the_plain_model_and_remove_restores_it(arch):
     model = tiny_model(arch)
     ids = random_ids(24, batch=2)
     vanilla = logits(model, ids)
+    installs_nothing = set()
     for name, entry in METHODS.items():
         module = entry.load()
         arguments = entry.identity(len(model.model.layers))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # MoICE without a gates file says its routers are untrained
             assert module.install(model, **arguments) is model
+        if not any(m._forward_hooks or m._forward_pre_hooks or "forward" in vars(m) for m in model.modules()):
+            installs_nothing.add(name)
         assert torch.equal(logits(model, ids), vanilla), f"{name} at {arguments} is not the plain model"
         if module.__name__ != "lpes_harness.core.rope":
             with pytest.raises(ValueError, match="already installed"):
@@ -60,6 +63,10 @@ def test_every_identity_setting_is_the_plain_model_and_remove_restores_it(arch):
         assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), name
         assert not any("forward" in vars(m) for m in model.modules()), name
         assert torch.equal(logits(model, ids), vanilla), f"{name}: remove did not restore the model"
+    # An identity that installs nothing is the plain model whatever the method's code does, so the check above
+    # cannot fail for it: each such entry has its code's own identity checked apart (STRING, off at S = 0 as
+    # its reference: test_methods_rivals.py::test_string_rewrite_at_its_identity_is_the_plain_model).
+    assert installs_nothing == {"string"}, f"identity settings that install nothing: {sorted(installs_nothing)}"
 
 
 def test_every_lm_eval_name_is_registered_as_the_class_the_table_names():
@@ -78,6 +85,36 @@ def test_every_lm_eval_name_is_registered_as_the_class_the_table_names():
         for entry in by_lm_eval(lm_eval):
             assert {p.name for p in entry.parameters} <= names, (lm_eval, entry.name)
             assert set(entry.grid or {}) <= names, (lm_eval, entry.name)
+
+
+def test_the_table_is_the_only_registration_and_every_model_is_one_method_model():
+    """One meaning of "method": each lm-eval model of ours, LPES's included, is a subclass of the one method
+    model, built from its entry; nothing registers a model beside the table (no decorator, no entry point)."""
+    from lm_eval.api.registry import get_model
+
+    from lpes_harness.lmeval.method_lm import MethodLM
+    from lpes_harness.lmeval.plugin import register
+
+    register()
+    for lm_eval in lm_eval_models():
+        cls = get_model(lm_eval)
+        assert issubclass(cls, MethodLM) and METHODS[cls.method].lm_eval == lm_eval, lm_eval
+    root = Path(__file__).resolve().parents[1]
+    decorated = [str(p.relative_to(root)) for p in (root / "lpes_harness").rglob("*.py") if "register_model" in p.read_text()]
+    assert decorated == []
+    assert '[project.entry-points."lm_eval.models"]' not in (root / "pyproject.toml").read_text()
+
+
+def test_a_method_setup_is_factors_for_the_loaded_model_or_a_model_of_its_own():
+    from lpes_harness.methods.setup import MethodSetup
+
+    scaled = MethodSetup.of_scales([1, 1.5])
+    assert scaled.is_scaled and scaled.scales == (1.0, 1.5) and scaled.recorded == [1.0, 1.5]
+    baseline = MethodSetup("mspoe_hf", "head_mapping=rank")
+    assert not baseline.is_scaled and baseline.spec == baseline.recorded == "mspoe_hf:head_mapping=rank"
+    assert MethodSetup("hf").spec == "hf"
+    with pytest.raises(ValueError, match="scales are set on the loaded lpes_hf, not on mspoe_hf"):
+        MethodSetup("mspoe_hf", scales=[1.0])
 
 
 def test_lpes_eval_help_ends_with_every_model_of_the_table_and_every_position_task(capsys):

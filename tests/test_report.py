@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from lpes_harness.commands import report
+from lpes_harness.commands import report as report_command
+from lpes_harness.evaluation import report
 from lpes_harness.evaluation import results_files
 from lpes_harness.evaluation.search_history import ReportError, history_by_generation, population_stats, read_history
 
@@ -267,7 +268,7 @@ def test_each_method_is_named_by_the_table_of_methods(tmp_path):
 
 def test_cli_writes_report(two_methods, capsys):
     tmp_path, sources, history = two_methods
-    assert report.main([*sources, "--out", str(tmp_path / "cli"), "--history", str(history)]) == 0
+    assert report_command.main([*sources, "--out", str(tmp_path / "cli"), "--history", str(history)]) == 0
     assert (tmp_path / "cli" / "report.md").is_file() and "wrote" in capsys.readouterr().out
 
 
@@ -299,7 +300,7 @@ def test_keep_samples_writes_a_record_that_outlives_the_run_folder(tmp_path):
         row.update(metrics=["acc"], doc_hash=f"h{row['doc_id']}", filtered_resps=[f" {row['doc_id']}7."], arguments="long prompt")
     sample.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     out = tmp_path / "out"
-    assert report.main([f"lpes={tmp_path / 'lpes'}", f"vanilla {tmp_path.name}={tmp_path / 'vanilla'}",
+    assert report_command.main([f"lpes={tmp_path / 'lpes'}", f"vanilla {tmp_path.name}={tmp_path / 'vanilla'}",
                         "--out", str(out), "--keep-samples"]) == 0
     kept = json.loads((out / "per_sample.json").read_text())
     assert list(kept["lpes"]["multi_needle_pos0"]) == ["0", "1", "2"]  # by doc_id, whatever order lm-eval wrote
@@ -318,13 +319,13 @@ def test_a_kept_record_is_paired_as_its_run_folders_were_and_takes_a_new_row(tmp
     _logged_run(tmp_path / "vanilla", "2026-01-02T00-00-00.2", {0: [1] * 5 + [0] * 5, 50: [0] * 10})
     _logged_run(tmp_path / "late", "2026-01-03T00-00-00.3", {0: [0] * 10, 50: [1] * 10})
     kept = tmp_path / "kept"
-    assert report.main([f"LPES seed 1={tmp_path / 'lpes'}", f"vanilla={tmp_path / 'vanilla'}", "--out", str(kept), "--keep-samples"]) == 0
+    assert report_command.main([f"LPES seed 1={tmp_path / 'lpes'}", f"vanilla={tmp_path / 'vanilla'}", "--out", str(kept), "--keep-samples"]) == 0
     original = (kept / "report.md").read_text()
     again = report.write_report([f"LPES seed 1={kept / 'results_LPES_seed_1.json'}", f"vanilla={kept / 'results_vanilla.json'}"],
                                 tmp_path / "again").read_text()
     assert _row(again, "LPES seed 1") == _row(original, "LPES seed 1") and "+4/−0" in _row(again, "LPES seed 1")
     # a new row against the kept ones, re-kept into the same folder: nothing of the old rows is lost
-    assert report.main([f"LPES seed 1={kept / 'results_LPES_seed_1.json'}", f"vanilla={kept / 'results_vanilla.json'}",
+    assert report_command.main([f"LPES seed 1={kept / 'results_LPES_seed_1.json'}", f"vanilla={kept / 'results_vanilla.json'}",
                         f"late={tmp_path / 'late'}", "--out", str(kept), "--keep-samples"]) == 0
     record = json.loads((kept / "per_sample.json").read_text())
     assert sorted(record) == ["LPES seed 1", "late", "vanilla"] and record["vanilla"]["multi_needle_pos0"]["4"]["acc"] == 1.0
@@ -335,7 +336,7 @@ def test_a_kept_record_is_paired_as_its_run_folders_were_and_takes_a_new_row(tmp
 def test_keep_samples_refuses_two_methods_that_would_share_a_file(tmp_path):
     _logged_run(tmp_path / "a", "2026-01-01T00-00-00.1", {0: [1, 0]})
     with pytest.raises(SystemExit):
-        report.main([f"a b={tmp_path / 'a'}", f"a_b={tmp_path / 'a'}", "--out", str(tmp_path / "out"), "--keep-samples"])
+        report_command.main([f"a b={tmp_path / 'a'}", f"a_b={tmp_path / 'a'}", "--out", str(tmp_path / "out"), "--keep-samples"])
     assert not (tmp_path / "out").exists()
 
 
@@ -353,7 +354,7 @@ def test_baseline_picks_the_method_every_other_is_tested_against(tmp_path):
     assert f"+50.0 [+19.0, +81.0], +5/−0, p={format_p(mcnemar_exact(5, 0))}" in _row(
         report.write_report(sources, tmp_path / "default").read_text(), "lpes")  # vanilla by default
     with pytest.raises(SystemExit):
-        report.main([*sources, "--out", str(tmp_path / "bad"), "--baseline", "PI"])
+        report_command.main([*sources, "--out", str(tmp_path / "bad"), "--baseline", "PI"])
     assert not (tmp_path / "bad").exists()
 
 

@@ -4,7 +4,7 @@ All factors 1 reproducing the logits exactly is test_rope.py's test, for both sc
 
 import pytest
 import torch
-from tiny_models import ARCHITECTURES, logits, random_ids, tiny_gemma3, tiny_model
+from tiny_models import ARCHITECTURES, assert_same_greedy_steps, logits, random_ids, tiny_gemma3, tiny_model
 
 from lpes_harness.core import rope
 from lpes_harness.core.rope_anatomy import LPESError
@@ -67,10 +67,11 @@ def test_cached_generation_equals_full_recomputation():
     model = tiny_model("llama")
     rope.install(model, [1.0, 2.0, 4.0, 0.5], scaling="base")
     ids = random_ids(20)
+    steps = dict(max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
-        cached = model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=True)
-        full = model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=False)
-    assert torch.equal(cached, full)
+        cached = model.generate(ids, use_cache=True, **steps)
+        full = model.generate(ids, use_cache=False, **steps)
+    assert_same_greedy_steps(cached.sequences, full.sequences, torch.stack(cached.logits), torch.stack(full.logits))
 
 
 def test_scaling_is_saved_in_the_config_and_removed_with_the_hooks():

@@ -13,6 +13,7 @@ from test_rope import count_rotary_computations
 from tiny_models import (
     ARCHITECTURES,
     GEMMA3_TYPES,
+    assert_same_greedy_steps,
     logits,
     random_ids,
     save_tiny_checkpoint,
@@ -25,11 +26,13 @@ from lpes_harness.core import rope
 from lpes_harness.core.rope_anatomy import LPESError
 from lpes_harness.core.scales_args import check_model_args, parse_scales_args
 from lpes_harness.core.scales_file import ScalesError, ScalesFileError, read_scales_and_scaling, write_scales_file
-from lpes_harness.core.scaling import identity, join_both, split_both
+from lpes_harness.core.scaling import SCALINGS
+
+BOTH = SCALINGS["both"]
 
 POSITIONS = [1.0, 1.7, 0.8, 2.5]  # one per tiny layer; a 1.0 layer and a < 1 layer
 BASES = [1.0, 2.0, 8.0, 0.5]
-PAIRS = join_both([1.0, 1.7, 1.0, 0.8], [1.0, 1.0, 4.0, 2.0])  # (1, 1), position only, base only, both
+PAIRS = BOTH.join([1.0, 1.7, 1.0, 0.8], [1.0, 1.0, 4.0, 2.0])  # (1, 1), position only, base only, both
 
 
 def gemma3_twin(position: float, base: float):
@@ -45,7 +48,7 @@ def test_all_ones_reproduces_logits_exactly(arch):
     model = tiny_gemma3() if arch == "gemma3" else tiny_model(arch)
     ids = random_ids(48)
     before = logits(model, ids)
-    rope.install(model, identity("both", 4), scaling="both")
+    rope.install(model, BOTH.identity(4), scaling="both")
     assert torch.equal(logits(model, ids), before)
     rope.set_scales(model, PAIRS)
     rope.set_scales(model, [1.0] * 8)
@@ -56,9 +59,9 @@ def test_all_ones_reproduces_logits_exactly(arch):
 def test_each_half_alone_is_its_own_scaling(arch):
     model = tiny_gemma3() if arch == "gemma3" else tiny_model(arch)
     ids = random_ids(40)
-    rope.install(model, join_both(POSITIONS, [1.0] * 4), scaling="both")
+    rope.install(model, BOTH.join(POSITIONS, [1.0] * 4), scaling="both")
     positions_only = logits(model, ids)
-    rope.set_scales(model, join_both([1.0] * 4, BASES))
+    rope.set_scales(model, BOTH.join([1.0] * 4, BASES))
     bases_only = logits(model, ids)
     rope.remove(model)
     rope.install(model, POSITIONS)
@@ -117,7 +120,7 @@ def test_mixed_pairs_match_an_independent_reference(arch):
     ours = logits(model, ids)
     rope.remove(model)
     with torch.no_grad():
-        expected = reference_forward(model, ids, list(zip(*split_both(PAIRS))))
+        expected = reference_forward(model, ids, list(zip(*BOTH.halves(PAIRS))))
     torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -125,16 +128,17 @@ def test_cached_generation_equals_full_recomputation():
     model = tiny_model("llama")
     rope.install(model, PAIRS, scaling="both")
     ids = random_ids(20)
+    steps = dict(max_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
-        cached = model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=True)
-        full = model.generate(ids, max_new_tokens=8, do_sample=False, use_cache=False)
-    assert torch.equal(cached, full)
+        cached = model.generate(ids, use_cache=True, **steps)
+        full = model.generate(ids, use_cache=False, **steps)
+    assert_same_greedy_steps(cached.sequences, full.sequences, torch.stack(cached.logits), torch.stack(full.logits))
 
 
 def test_pairs_with_base_1_share_one_rotary_computation(monkeypatch):
     model = tiny_model("llama")
     counts = count_rotary_computations(monkeypatch, model)
-    rope.install(model, join_both([1.5, 1.7, 1.0, 1.5], [1.0, 1.0, 2.0, 2.0]), scaling="both")
+    rope.install(model, BOTH.join([1.5, 1.7, 1.0, 1.5], [1.0, 1.0, 2.0, 2.0]), scaling="both")
     counts["lpes"] = 0  # install's own check of the rotary output
     for _ in range(2):
         logits(model, random_ids(16))

@@ -5,6 +5,7 @@ import json
 import random
 
 import pytest
+from test_analysis_paired_cli import factors
 from test_search_loop import SMALL, synthetic_fitness
 
 from lpes_harness.search import GeneticSearch, GenomeSpec
@@ -115,6 +116,7 @@ def test_a_half_that_cannot_move_is_named():
 def test_crossover_swaps_one_point_within_its_half():
     spec, rng = SPECS["cpu-ranges"], random.Random(3)
     toolbox = build_toolbox(spec, rng, max_dx=3.0, max_dy=0.4, max_dy_base=1.0)
+    crossed = 0
     for _ in range(100):
         parents = [make_individual(random_genome(spec, rng)) for _ in range(2)]
         for parent in parents:
@@ -123,8 +125,10 @@ def test_crossover_swaps_one_point_within_its_half():
         for child in children:
             assert spec.is_valid(child) and len(spec.scales(child)) == 24
             if child.origin == "crossover":
+                crossed += 1
                 assert all(point in (a, b) for point, a, b in zip(child, *parents))
                 assert min(sum(point != other for point, other in zip(child, parent)) for parent in parents) == 1
+    assert crossed >= 100, f"only {crossed} of 200 children came from a crossover: the checks above barely ran"
 
 
 def test_a_search_runs_on_a_both_genome():
@@ -142,14 +146,14 @@ def test_pi_and_uniform_rows_of_a_both_curve():
     from lpes_harness.evaluation.paired import lpes_methods, parse_uniform, several_lpes_methods
 
     curve = [1.0, 2.0, 1.0, 3.0] + [2.0, 4.0, 2.0, 6.0]
-    methods = lpes_methods(curve, [(1.2, 1.0), (1.0, 2.0)], scaling="both")
+    methods = factors(lpes_methods(curve, [(1.2, 1.0), (1.0, 2.0)], scaling="both"))
     assert list(methods) == ["vanilla", "PI", "LPES", "uniform 1.2:1", "uniform 1:2"]
     assert methods["vanilla"] == [1.0] * 8 and methods["PI"] == [1.75] * 4 + [3.5] * 4
     assert methods["uniform 1:2"] == [1.0] * 4 + [2.0] * 4
-    held = lpes_methods(curve, [(1.2, 2.0)], held_layers=(0, 2), scaling="both")
+    held = factors(lpes_methods(curve, [(1.2, 2.0)], held_layers=(0, 2), scaling="both"))
     assert held["PI"] == [1, 2.5, 1, 2.5, 1, 5, 1, 5] and held["uniform 1.2:2"] == [1, 1.2, 1, 1.2, 1, 2, 1, 2]
-    several = several_lpes_methods({"a": curve, "b": [1.0, 2.0, 1.0, 2.0] + [1.0, 3.0, 1.0, 3.0], "c": [1.0] * 4 + [2.0] * 4},
-                                   uniform=[(1.0, 2.0)], scaling="both")
+    several = factors(several_lpes_methods({"a": curve, "b": [1.0, 2.0, 1.0, 2.0] + [1.0, 3.0, 1.0, 3.0],
+                                            "c": [1.0] * 4 + [2.0] * 4}, uniform=[(1.0, 2.0)], scaling="both"))
     assert list(several) == ["vanilla", "PI a", "LPES a", "PI b", "LPES b", "uniform 1:2 (PI) c", "uniform 1:2"]
     assert several["PI b"] == [1.5] * 4 + [2.0] * 4  # a search that kept a uniform pair is named for it, not LPES
     assert several["vanilla"] == [1.0] * 8
@@ -178,7 +182,7 @@ def test_layer_types_and_report_split_a_both_file(tmp_path, capsys):
     from transformers import Gemma3TextConfig
 
     from lpes_harness.evaluation import layer_types as lt
-    from lpes_harness.commands.report import read_scales_argument
+    from lpes_harness.evaluation.report import read_scales_argument
     from lpes_harness.core.scales_file import read_scales_and_scaling, write_scales_file
 
     Gemma3TextConfig(num_hidden_layers=6, hidden_size=16, intermediate_size=32, num_attention_heads=2,

@@ -5,12 +5,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from tiny_models import save_tiny_checkpoint
 
+from lpes_harness.core.files import KILL_ENV
 from lpes_harness.lmeval.lpes_lm import LPESLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,8 +33,10 @@ def ga_args(checkpoint, output, generations=2):
     ]  # fmt: skip
 
 
-def run(command, **kwargs):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+def run(command, kill=None, **kwargs):
+    """Run ``command`` offline; ``kill="POINT:N"``: it kills itself at that point (lpes_harness.core.files.kill_point)."""
+    env = {k: v for k, v in os.environ.items() if k != KILL_ENV}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **({KILL_ENV: kill} if kill else {}))
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, **kwargs)
 
 
@@ -84,18 +86,13 @@ def test_an_existing_run_is_not_overwritten_by_accident(single_run, checkpoint):
 
 def test_resume_after_sigkill_reaches_the_same_result(single_run, checkpoint, tmp_path):
     output = tmp_path / "killed"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    process = subprocess.Popen([sys.executable, GA, *ga_args(checkpoint, output)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:
-        if (output / "history.jsonl").exists() and len((output / "history.jsonl").read_text().splitlines()) >= 4:
-            break
-        time.sleep(0.2)
-    assert process.poll() is None, "the run finished before it could be killed"
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    # SIGKILL once the 4th individual is journalled, from inside (the test hook of lpes_harness.core.files):
+    # a kill from outside raced the run, which could end first on a fast machine.
+    killed = run([sys.executable, GA, *ga_args(checkpoint, output)], kill="individual:4")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (output / "result.json").exists()
     finished = len(history(output))
+    assert finished == 4  # the checkpoint journals last: history.jsonl holds the four it journalled
     done = run([sys.executable, GA, *ga_args(checkpoint, output), "--resume"])
     assert done.returncode == 0, done.stderr[-3000:]
     uninterrupted = history(single_run[0])
@@ -161,7 +158,7 @@ def test_resume_with_another_experiment_is_refused_naming_the_field(single_run, 
 
 def test_a_resume_with_dtype_auto_keeps_the_dtype_the_run_was_made_in():
     from lpes_harness.core.models import auto_dtype
-    from lpes_harness.search.run import run_dtype
+    from lpes_harness.search.run_start import run_dtype
 
     other = "bfloat16" if auto_dtype("cpu")[0] == "float32" else "float32"  # what this CPU's auto would not pick
     assert run_dtype("auto", "cpu", {"model": {"dtype": other}})[0] == other

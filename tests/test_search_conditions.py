@@ -7,7 +7,7 @@ import pytest
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.evaluation.conditions import Condition, search_conditions
-from lpes_harness.core.scaling import uniform_factor
+from lpes_harness.core.scaling import SCALINGS
 from lpes_harness.search.condition_fitness import ConditionsFitness, combine_conditions, condition_configs
 from lpes_harness.search.fitness import FitnessConfig, raced_groups
 from lpes_harness.search.selection import (NO_CURVE_WON, Candidate, ValidationCondition, is_close,
@@ -194,9 +194,10 @@ def test_top_individuals_are_distinct_and_complete():
 
 
 def test_uniform_scales_are_told_apart_from_curves():
-    assert uniform_factor([0.8, 0.8, 1.0], "position", held_layers=[2]) == 0.8
-    assert uniform_factor([0.8, 0.9, 1.0], "position") is None
-    assert uniform_factor([0.8, 0.8, 2, 2], "both") == (0.8, 2.0) and uniform_factor([0.8, 0.8, 2, 3], "both") is None
+    assert SCALINGS["position"].uniform_factor([0.8, 0.8, 1.0], held_layers=[2]) == 0.8
+    assert SCALINGS["position"].uniform_factor([0.8, 0.9, 1.0]) is None
+    assert SCALINGS["both"].uniform_factor([0.8, 0.8, 2, 2]) == (0.8, 2.0)
+    assert SCALINGS["both"].uniform_factor([0.8, 0.8, 2, 3]) is None
 
 
 # ----------------------------------------------------------------------------- uniform tuner

@@ -5,7 +5,7 @@ test hook :func:`lpes_harness.core.files.kill_point`, ``LPES_TEST_KILL_AT=POINT:
 between two generations, mid-generation and during the held-out table, one kill per process;
 each time it is resumed with ``--resume --output DIR`` and no other flag. Its history, best
 curve, sweep and held-out table must equal an uninterrupted run's with the same seed, and every
-JSON file must parse after each kill. The same for ``analysis.paired``'s score cache.
+JSON file must parse after each kill. The same for ``commands.paired``'s score cache.
 """
 
 import json
@@ -21,6 +21,7 @@ import pytest
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.core.files import KILL_ENV
+from lpes_harness.search.run_record import STAMP
 
 REPO = Path(__file__).resolve().parents[1]
 GA = str(REPO / "searches" / "ga.py")
@@ -59,6 +60,14 @@ def without_timings(value):
     if isinstance(value, list):
         return [without_timings(v) for v in value]
     return value
+
+
+def epoch(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, STAMP))
+
+
+def earlier(stamp: str, seconds: float) -> str:
+    return time.strftime(STAMP, time.localtime(epoch(stamp) - seconds))
 
 
 def lines(path):
@@ -130,9 +139,17 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
     assert (output / "result.json").exists() and not (output / "heldout.json").exists()
     assert len(json.loads((output / "scores.cache.json").read_text())["blocks"]) == 2
 
-    time.sleep(3)  # a gap between two processes: not the run's time
+    # An hour between the kill and the resume, without waiting one: the run's past moved an hour back (its
+    # stamps in config.json and its files' times), as a fake clock for the processes that ran.
+    hour = 3600
+    record = json.loads((output / "config.json").read_text())
+    record["started"] = earlier(record["started"], hour)
+    for entry in record["resumes"]:
+        entry["at"] = earlier(entry["at"], hour)
+    (output / "config.json").write_text(json.dumps(record))
+    for path in (p for p in output.rglob("*") if p.is_file()):
+        os.utime(path, (path.stat().st_atime - hour, path.stat().st_mtime - hour))
     done = resume(output)
-    finished = time.time()
     assert done.returncode == 0, done.stderr[-3000:]
     assert_every_file_parses(output)
     resumed, expected = outcome(output), outcome(uninterrupted)
@@ -144,12 +161,15 @@ def test_a_search_killed_at_every_stage_resumes_from_its_folder_alone(checkpoint
     assert [entry["command"].split()[1:] for entry in record["resumes"]] == [["--resume", "--output", str(output)]] * 4
     # Only the process that finished stamped its end (the next resume's gap would start there); the killed had no chance.
     assert ["ended" in entry for entry in [record, *record["resumes"]]] == [False] * 4 + [True]
-    # The run's clock spans its five processes and leaves out the gaps between them.
+    # The run's clock spans its five processes and leaves out the gaps between them: the hour too. Read from
+    # the run's own stamps (whole seconds: 1 s of slack, and 0.05 for the record's rounding to 0.1 s).
     gaps = [entry["idle_before_seconds"] for entry in record["resumes"]]
-    assert all(gap >= 0 for gap in gaps) and gaps[-1] >= 3, gaps
+    assert all(gap >= 0 for gap in gaps) and gaps[-1] >= hour, gaps
     result = json.loads((output / "result.json").read_text())
-    since_start = finished - time.mktime(time.strptime(record["started"], "%Y-%m-%dT%H:%M:%S"))
-    assert result["total_seconds_with_heldout"] - 1 <= result["run_seconds_with_heldout"] <= since_start - sum(gaps) + 1
+    since_start = epoch(record["resumes"][-1]["ended"]) - epoch(record["started"])
+    assert since_start > hour > result["run_seconds_with_heldout"]
+    assert (result["total_seconds_with_heldout"] - 1 <= result["run_seconds_with_heldout"]
+            <= since_start - sum(gaps) + 1.05)
 
 
 def test_resume_errors_are_one_line_with_status_2_and_change_no_file(checkpoint, uninterrupted, tmp_path, capsys,
@@ -192,7 +212,7 @@ def test_resume_errors_are_one_line_with_status_2_and_change_no_file(checkpoint,
 
 
 def test_a_paired_comparison_killed_mid_run_resumes_from_its_score_cache(checkpoint, uninterrupted, tmp_path):
-    """``analysis.paired`` on the uninterrupted search's curve and samples: killed after 7 of its 18
+    """``commands.paired`` on the uninterrupted search's curve and samples: killed after 7 of its 18
     blocks (vanilla, PI, LPES at 6 positions) and run again, it ends with the very scores and table
     that the search's own (uninterrupted) held-out stage made from the same code, samples and model."""
     output = tmp_path / "paired"

@@ -4,6 +4,7 @@ import json
 import sys
 
 import pytest
+from test_analysis_paired_cli import factors
 from test_search_cli import GA, ga_args, history, run
 from tiny_models import FAMILY_COMMON, tiny_tokenizer
 
@@ -92,11 +93,11 @@ def test_pi_and_uniform_rows_move_only_the_layers_a_layer_type_search_moves():
     from lpes_harness.evaluation.paired import lpes_methods, several_lpes_methods
 
     curve = [1.0, 3.0, 1.0, 2.0]
-    methods = lpes_methods(curve, [4.0], held_layers=(0, 2))
+    methods = factors(lpes_methods(curve, [4.0], held_layers=(0, 2)))
     assert methods["PI"] == [1.0, 2.5, 1.0, 2.5] and methods["uniform 4"] == [1.0, 4.0, 1.0, 4.0]
-    assert lpes_methods(curve)["PI"] == [1.75] * 4  # no held layers: the paper's PI
-    several = several_lpes_methods({"a": curve, "b": [1.0, 1.5, 1.0, 2.5], "c": [1.0, 1.5, 1.0, 1.5]},
-                                   uniform=[2.0], held_layers=(0, 2))
+    assert factors(lpes_methods(curve))["PI"] == [1.75] * 4  # no held layers: the paper's PI
+    several = factors(several_lpes_methods({"a": curve, "b": [1.0, 1.5, 1.0, 2.5], "c": [1.0, 1.5, 1.0, 1.5]},
+                                           uniform=[2.0], held_layers=(0, 2)))
     assert several["PI a"] == [1.0, 2.5, 1.0, 2.5] and several["PI b"] == [1.0, 2.0, 1.0, 2.0]
     # one factor on every moved layer is PI by another name: the row says so, whatever the held layers hold
     assert several["uniform 1.5 (PI) c"] == [1.0, 1.5, 1.0, 1.5] and "LPES c" not in several
@@ -108,8 +109,8 @@ def test_pi_and_uniform_rows_move_only_the_layers_a_layer_type_search_moves():
 
 
 def test_tuned_pi_and_the_paired_table_take_the_layer_type(gemma_checkpoint, tmp_path):
-    """`tune_baselines --uniform --layer-type` scores each scale on the global layers only, and the
-    held-out command it suggests carries the flag; `analysis.paired --layer-type` builds PI and
+    """`python -m lpes_harness.commands.tune --uniform --layer-type` scores each scale on the global layers only, and the
+    held-out command it suggests carries the flag; `commands.paired --layer-type` builds PI and
     uniform rows the same way and says so under its table."""
     from lpes_harness.core.scales_file import write_scales_file
 

@@ -8,12 +8,13 @@ import random
 import sys
 
 import pytest
+from test_analysis_paired_cli import factors
 from test_search_cli import GA, ga_args, history, run
 from test_search_layer_type import gemma_checkpoint  # noqa: F401  (the tiny Gemma-3 fixture)
 
 from lpes_harness.evaluation.paired import lpes_methods, several_lpes_methods
-from lpes_harness.core.scaling import held_per_half, uniform_factor
-from lpes_harness.search.final_choice import candidates
+from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.search.selection import candidates
 from lpes_harness.search.genome import GenomeSpec, initial_genome, random_genome
 
 BASE_RANGE = dict(base_y_min=0.5, base_y_max=8.0, base_y_step=0.25)
@@ -48,16 +49,16 @@ def test_it_round_trips_and_is_refused_where_it_means_nothing():
     with pytest.raises(ValueError, match=r"in \[0, 2\]"):
         GenomeSpec(num_layers=3, num_points=2, position_held_layers=(3,), **BASE_RANGE)
     with pytest.raises(ValueError, match="need scaling both"):
-        held_per_half("position", (), (1,))
+        SCALINGS["position"].held_per_half((), (1,))
 
 
 def test_a_uniform_start_is_named_pi_and_pi_moves_each_halfs_own_layers():
     held = {"scaling": "both", "position_held_layers": (0, 2, 3, 4)}
     start = SPEC.uniform_pair(2.0)
-    assert uniform_factor(start, **held) == (2.0, 1.0)
-    assert uniform_factor(start, "both") is None  # without the position-held layers it looks like a curve
+    assert SCALINGS["both"].uniform_factor(start, position_held_layers=held["position_held_layers"]) == (2.0, 1.0)
+    assert SCALINGS["both"].uniform_factor(start) is None  # without the position-held layers it looks like a curve
     curve = [1.0, 2.0, 1.0, 1.0, 1.0, 3.0] + [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    methods = lpes_methods(curve, [(1.5, 2.0)], **held)
+    methods = factors(lpes_methods(curve, [(1.5, 2.0)], **held))
     assert methods["PI"] == [1, 2.5, 1, 1, 1, 2.5] + [3.5] * 6
     assert methods["uniform 1.5:2"] == [1, 1.5, 1, 1, 1, 1.5] + [2.0] * 6
     several = several_lpes_methods({"curve": curve, "start": start}, **held)

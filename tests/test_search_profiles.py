@@ -168,6 +168,7 @@ def test_auto_gives_gemma3_its_robust_search(native_bf16, name):
 def test_a_local_folder_named_like_a_short_name_is_not_the_packaged_gemma(native_bf16, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gemma3").mkdir()
+    (tmp_path / "gemma3" / "config.json").write_text("{}")  # a model folder (an empty one is refused as none)
     assert parse_args(["--device", "cpu", "--pretrained", "gemma3"]).profile == "cpu-bf16"
 
 

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------- the script
 
 
-def _script_main(workdir: str, kill_at: int, sleep: float) -> None:
+def _script_main(workdir: str, kill_at: int, sleep: float, hold_at: int = 0) -> None:
     from lpes_harness.search import GeneticSearch, GenomeSpec, SearchConfig, cache_key
     from lpes_harness.search.callbacks import CheckpointCallback, HistoryCallback, load_checkpoint
 
@@ -35,6 +35,9 @@ def _script_main(workdir: str, kill_at: int, sleep: float) -> None:
         evaluated_here += 1
         if evaluated_here == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)  # dies in the middle of an evaluation
+        if evaluated_here == hold_at:  # waits here for a kill from outside: the run cannot end before it
+            time.sleep(300)
+            raise SystemExit("held for a kill that never came")
         time.sleep(sleep)
         error = sum((s - (1.3 + 0.4 * math.sin(3.0 * i / len(scales)))) ** 2 for i, s in enumerate(scales))
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -55,9 +58,9 @@ def _script_main(workdir: str, kill_at: int, sleep: float) -> None:
     (workdir / "result.json").write_text(json.dumps(result))
 
 
-def _run_script(workdir, kill_at=0, sleep=0.0, wait=True):
+def _run_script(workdir, kill_at=0, sleep=0.0, wait=True, hold_at=0):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, __file__, str(workdir), str(kill_at), str(sleep)]
+    command = [sys.executable, __file__, str(workdir), str(kill_at), str(sleep), str(hold_at)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if wait:
         out, err = process.communicate(timeout=120)
@@ -110,13 +113,18 @@ def test_sigkill_mid_evaluation_then_resume(reference, tmp_path, kill_at):
 
 
 def test_sigkill_from_outside_at_an_arbitrary_moment_then_resume(reference, tmp_path):
-    process = _run_script(tmp_path, sleep=0.01, wait=False)
+    # The kill lands wherever the run is once 15 evaluations are logged (between an evaluation and its checkpoint,
+    # maybe); the run holds at evaluation 25, one it needs, so that it cannot end first however slow this test is.
+    hold_at = 25
+    assert len(_evaluations(reference)) > hold_at
+    process = _run_script(tmp_path, sleep=0.01, wait=False, hold_at=hold_at)
     deadline = time.monotonic() + 60
     while len(_evaluations(tmp_path)) < 15 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.005)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=30)
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert process.returncode == -signal.SIGKILL, "the run ended before the kill"
+    assert len(_evaluations(tmp_path)) >= 15
     finished_before = _evaluations(tmp_path)
     json.loads((tmp_path / "checkpoint.json").read_text())  # the checkpoint is never half-written
 
@@ -127,4 +135,4 @@ def test_sigkill_from_outside_at_an_arbitrary_moment_then_resume(reference, tmp_
 
 
 if __name__ == "__main__":
-    _script_main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+    _script_main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))

@@ -298,21 +298,41 @@ def test_an_auto_budget_is_20_minutes_or_600_samples_time_on_a_slower_cpu():
     assert abs(slow.expected_individuals - reference.expected_individuals) <= 1
 
 
+# lpes-search on a fake clock: ``time.perf_counter``, which everything that times a search reads, moves only
+# when the model runs, FORWARD_SECONDS for each row of each forward (counted at its token embedding). A
+# --time-budget's plan and deadline then fall at the same individual on any machine, however busy.
+FORWARD_SECONDS = 0.5
+FAKE_CLOCK = """
+import sys, time, torch
+now = 0.0
+def advance(module, args):
+    global now
+    if isinstance(module, torch.nn.Embedding) and args and args[0].dim() == 2:
+        now += {seconds!r} * args[0].shape[0]
+torch.nn.modules.module.register_module_forward_pre_hook(advance)
+time.perf_counter = lambda: now
+from lpes_harness.commands.search import main
+main(sys.argv[1:])
+"""
+
+
 def test_estimate_with_an_auto_budget_prints_the_budget_it_chose_and_its_plan(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
-    planned = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32", "--task",
-                   "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--profile", "cpu",
-                   "--no-progress", "--estimate", "--time-budget", "auto", "--output", str(tmp_path / "run")])
+    planned = run([sys.executable, "-c", FAKE_CLOCK.format(seconds=FORWARD_SECONDS), "--pretrained", checkpoint,
+                   "--device", "cpu", "--dtype", "float32", "--task", "needle", "--metadata", '{"num_sentences": 6}',
+                   "--num-samples", "2", "--profile", "cpu", "--no-progress", "--estimate", "--time-budget", "auto",
+                   "--output", str(tmp_path / "run")])
     assert planned.returncode == 0, planned.stderr[-3000:]
-    assert "--time-budget auto: 20.0 min (at least 20;" in planned.stdout  # a tiny model is fast: the floor
+    assert "--time-budget auto: 20.0 min (at least 20;" in planned.stdout  # 0.5 s a sample is under 2 s: the floor
     assert "time budget 20.0 min at" in planned.stdout and not (tmp_path / "run").exists()
 
 
 def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_before_the_search(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
-    done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
-                "--task", "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2",
-                "--profile", "cpu", "--time-budget", "2s", "--no-progress", "--output", str(tmp_path / "run")])
+    done = run([sys.executable, "-c", FAKE_CLOCK.format(seconds=FORWARD_SECONDS), "--pretrained", checkpoint,
+                "--device", "cpu", "--dtype", "float32", "--task", "needle", "--metadata", '{"num_sentences": 6}',
+                "--num-samples", "2", "--profile", "cpu", "--time-budget", "2s", "--no-progress",
+                "--output", str(tmp_path / "run")])
     assert done.returncode == 2 and "--time-budget 2s" in done.stderr and "give at least" in done.stderr
     assert not (tmp_path / "run" / "checkpoint.json").exists()
 
@@ -320,9 +340,9 @@ def test_a_time_budget_too_small_for_a_table_that_can_show_the_gain_is_refused_b
 def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_resume_adds_nothing(tmp_path, capsys):
     checkpoint = save_tiny_checkpoint(tmp_path / "model")
     output = tmp_path / "run"
-    # 60 s, not less: the plan must hold the table and a search beside it at the tiny model's start-up
-    # timing, which a busy 2-core machine triples (25 s was refused there: 0.58 s a sample).
-    done = run([sys.executable, GA, "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
+    # 60 s of the fake clock: the plan holds the table and a search beside it, and the deadline cuts the search.
+    done = run([sys.executable, "-c", FAKE_CLOCK.format(seconds=FORWARD_SECONDS),
+                "--pretrained", checkpoint, "--device", "cpu", "--dtype", "float32",
                 "--task", "needle", "--metadata", '{"num_sentences": 6}', "--num-samples", "2", "--chunk-size", "1",
                 "--profile", "cpu", "--sweep", "1,0.8", "--initial", "random", "--time-budget", "60s", "--no-progress",
                 "--heldout-samples", "3", "--heldout-extra", "none", "--fitness", "logprob", "--output", str(output)])
@@ -333,11 +353,12 @@ def test_a_budgeted_random_search_draws_until_its_deadline_then_its_table_and_a_
     limit = json.loads((output / "checkpoint.json").read_text())["callbacks"]["TimeLimitCallback"]
     history = [json.loads(line) for line in (output / "history.jsonl").read_text().splitlines()]
     # The draws planned are those that would fit if each cost one chunk; the deadline stopped the search
-    # first, within about one individual of its limit, and the held-out table was still scored.
+    # first, within one individual of its limit (the fake clock spends nothing between them), and the held-out
+    # table was still scored.
     assert result["stopped_early"] and "the time budget stopped the search after" in done.stdout
     assert len(history) == result["processed"] < settings["population"]
     assert limit["individuals"] == len(history) and limit["spent_seconds"] <= limit["limit_seconds"] + max(
-        r["seconds"] for r in history) + 1.0
+        r["seconds"] for r in history)
     assert (output / "heldout.json").exists() and result["heldout"]
     text = _status(output, capsys)  # a search its budget ended is a finished run, not one to resume
     assert "genetic search: done, stopped by its time budget" in text and "held-out table: done" in text, text
@@ -596,7 +617,7 @@ def test_curve_png_is_redrawn_as_the_runs_chosen_curve(tmp_path, monkeypatch, ki
     validation chose, a uniform factor drawn as flat layer scales with the one-line verdict."""
     from lpes_harness.evaluation import plots
     from lpes_harness.search import GenomeSpec
-    from lpes_harness.search.final_choice import plot_chosen
+    from lpes_harness.search.selection import plot_chosen
     from lpes_harness.search.genome import initial_genome
     from lpes_harness.search.selection import NO_CURVE_WON, Candidate
 

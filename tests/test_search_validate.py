@@ -75,13 +75,19 @@ def test_control_points_must_fit_the_models_layers_read_from_its_config(tmp_path
         check_search_args(args(pretrained=str(tmp_path), control_points=5))
 
 
-def test_the_check_imports_no_torch_and_takes_well_under_a_second():
+# What a check that runs before anything loads must not import (each takes seconds to load).
+HEAVY = ("torch", "transformers", "lm_eval", "datasets", "accelerate", "matplotlib")
+
+
+def test_the_check_imports_no_torch_nor_any_other_heavy_library():
+    """Why the check is instant: it loads no model library. (How long it takes is benchmarks/startup.py's to
+    time, not a unit test's.)"""
     code = (
-        "import sys, time, argparse; t = time.perf_counter();"
+        "import sys, argparse;"
         "from lpes_harness.search.validate import check_search_args;"
         f"check_search_args(argparse.Namespace(**{PAPER!r}));"
-        "assert 'torch' not in sys.modules, 'torch imported'; print(time.perf_counter() - t)"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout) < 1.5
+    assert done.stdout.strip() == "", f"imported: {done.stdout.strip()}"

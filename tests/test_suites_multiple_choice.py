@@ -8,7 +8,7 @@ from suite_fixtures import write_ceval, write_mmlu
 
 from lpes_harness.tasks.data import TaskDataError
 from lpes_harness.tasks.suites import multiple_choice as mc
-from lpes_harness.commands import suites_yaml as yaml_files
+from lpes_harness.tasks.suites import yaml_files
 
 
 def _loaded_tasks(tmp_path, suite):

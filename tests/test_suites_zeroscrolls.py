@@ -81,7 +81,7 @@ def test_committed_yaml_matches_the_generator_and_flags_single_reference_tasks()
     import yaml
     from conftest import REPO_ROOT
 
-    from lpes_harness.commands import suites_yaml as yaml_files
+    from lpes_harness.tasks.suites import yaml_files
 
     for folder, files in (("leval", yaml_files.leval_files()), ("zeroscrolls", yaml_files.zeroscrolls_files())):
         committed = {p.name: p.read_text(encoding="utf-8") for p in (REPO_ROOT / "tasks" / "suites" / folder).iterdir()}

@@ -91,6 +91,7 @@ def test_value_formats(value_format, check):
 
 def test_reads_litm_kv_file_and_moves_its_gold_pair():
     docs = kv_docs(60, data_path=str(LITM_KV_FILE), num_samples=3, split="search")
+    assert len(docs) == 3  # the checks below run on every sample asked for
     for doc in docs:
         pairs = pairs_in_prompt(doc["prompt"])
         assert len(pairs) == 75

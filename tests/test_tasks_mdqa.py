@@ -72,6 +72,7 @@ def test_litm_prebuilt_file_is_read_as_is(tmp_path):
             ctxs.insert(2, {"title": f"G{q}", "text": f"gold passage {q} says answer{q}", "isgold": True})
             f.write(json.dumps({"question": f"question {q}?", "answers": [f"answer{q}"], "ctxs": ctxs}) + "\n")
     docs = build_docs(MDQA, 100, resolve_options(MDQA, {"data_path": str(path), "num_samples": 2})[0])
+    assert len(docs) == 2 and len({doc["question"] for doc in docs}) == 2  # the checks below run on each sample
     for doc in docs:
         q = re.search(r"question (\d)", doc["question"]).group(1)
         titles = re.findall(r"\(Title: ([^)]+)\)", doc["prompt"])

@@ -7,8 +7,8 @@ import pytest
 from tiny_models import save_tiny_checkpoint
 
 from lpes_harness.evaluation.score_cache import ScoreCache
-from lpes_harness.commands import tune as tune_baselines
-from lpes_harness.commands.tune import evaluate, expand_grid, parse_fixed, parse_grid, ranked
+from lpes_harness.commands import tune as tune_command
+from lpes_harness.search.baseline_tuning import check_argument_names, evaluate, expand_grid, parse_fixed, parse_grid, ranked
 
 KV_ROLES = {"begin": (0,), "middle": (40,), "end": (100,)}  # kv_retrieval's declared roles
 POSITIONS = (0, 20, 40, 60, 80, 100)
@@ -20,7 +20,7 @@ def checkpoint(tmp_path_factory):
 
 
 def tune(*args):
-    return tune_baselines.main([str(a) for a in args])
+    return tune_command.main([str(a) for a in args])
 
 
 def common(checkpoint, output):
@@ -80,25 +80,25 @@ def test_a_tie_in_fitness_goes_to_the_better_mean_even_when_the_sums_round_apart
 
 
 def test_a_misspelt_argument_is_named_against_the_model_class():
-    tune_baselines.check_argument_names("mspoe_hf", ["min_ratio", "head_mapping", "batch_size"])
+    check_argument_names("mspoe_hf", ["min_ratio", "head_mapping", "batch_size"])
     with pytest.raises(ValueError, match=r"mspoe_hf takes no argument 'min_ratoi'; its own are .*min_ratio"):
-        tune_baselines.check_argument_names("mspoe_hf", ["min_ratoi"])
+        check_argument_names("mspoe_hf", ["min_ratoi"])
 
 
 def test_without_a_grid_the_table_of_methods_gives_it_and_names_the_row():
     from lpes_harness.methods import METHODS
 
-    parser = tune_baselines.build_parser()
-    plan = tune_baselines.check_args(parser.parse_args(["--baseline", "mspoe_hf", "--output", "x"]))
+    parser = tune_command.build_parser()
+    plan = tune_command.check_args(parser.parse_args(["--baseline", "mspoe_hf", "--output", "x"]))
     assert plan["name"] == "Ms-PoE" and plan["model"] == "mspoe_hf"
     grid = METHODS["mspoe"].grid
     assert len(plan["arg_strings"]) == len(grid["min_ratio"]) * len(grid["max_ratio"])
-    buckets = tune_baselines.check_args(parser.parse_args(["--baseline", "B=buckets_hf", "--output", "x"]))
+    buckets = tune_command.check_args(parser.parse_args(["--baseline", "B=buckets_hf", "--output", "x"]))
     assert buckets["name"] == "B" and buckets["arg_strings"][0] == "bases=1.0;1.3;1.6;1.9;2.2;2.5;2.8"
-    pi = tune_baselines.check_args(parser.parse_args(["--uniform", "--output", "x"]))
+    pi = tune_command.check_args(parser.parse_args(["--uniform", "--output", "x"]))
     assert pi["name"] == "PI" and pi["values"] == list(METHODS["pi"].grid["scales"])
     with pytest.raises(ValueError, match="hf needs --grid .* the table of methods has a grid for mspoe_hf, buckets_hf"):
-        tune_baselines.check_args(parser.parse_args(["--baseline", "hf", "--output", "x"]))
+        tune_command.check_args(parser.parse_args(["--baseline", "hf", "--output", "x"]))
 
 
 def _plant(cache_path, spec, by_percent):
@@ -135,9 +135,10 @@ def test_a_baseline_grid_skips_refused_candidates_and_the_weighted_winner_is_wri
     assert saved["winner"]["fitness"] == pytest.approx(0.65)
     best = (output / "best.txt").read_text().strip()
     assert best == "Ms-PoE tuned=mspoe_hf:head_mapping=rank,min_ratio=1.1,max_ratio=1.2"
-    from lpes_harness.evaluation.baseline_rows import Baseline, parse_baseline
+    from lpes_harness.evaluation.baseline_rows import parse_baseline
+    from lpes_harness.methods.setup import MethodSetup
 
-    assert parse_baseline(best) == ("Ms-PoE tuned", Baseline("mspoe_hf", "head_mapping=rank,min_ratio=1.1,max_ratio=1.2"))
+    assert parse_baseline(best) == ("Ms-PoE tuned", MethodSetup("mspoe_hf", "head_mapping=rank,min_ratio=1.1,max_ratio=1.2"))
     table = (output / "tuning.md").read_text()
     assert table.index("min_ratio=1.1") < table.index("min_ratio=1.0") and "0.6500" in table
 

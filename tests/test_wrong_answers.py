@@ -2,7 +2,7 @@
 
 import pytest
 
-from lpes_harness.commands.check import judge
+from lpes_harness.evaluation.validity import judge
 from lpes_harness.evaluation.wrong_answers import classify
 from lpes_harness.tasks.position import build_examples, place_gold, resolve_options, resolve_task
 

@@ -5,12 +5,12 @@ global layer (base 1e6). A position bias over a 2k-token haystack can only be fi
 layer sees the whole haystack, so the question is whether the searched curve moves the global
 layers, the sliding ones, or both, and whether scaling the global layers alone keeps the gain.
 
-    python -m lpes_harness.evaluation.layer_types --scales results/<run>/scales.json \
+    python -m lpes_harness.commands.layer_types --scales results/<run>/scales.json \\
         --pretrained gemma3-270m --output results/<run>/layer_types
 
 writes ``layer_types.{md,json,png}`` (each type's scales and how far they move from 1) and one
 scales file per ablation, ``only_<type>.json`` (the other types' layers at 1), for
-``python -m lpes_harness.evaluation.paired --scales lpes=... --scales only_full_attention=...``.
+``python -m lpes_harness.commands.paired --scales lpes=... --scales only_full_attention=...``.
 A curve of scaling both is reported half by half (position factors, base factors), and its
 ablations keep both halves on the type. Reads the model's config only (no weights).
 """
@@ -20,22 +20,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from lpes_harness.commands import flags
 from lpes_harness.core.files import atomic_write_json, atomic_write_text
 from lpes_harness.core.scales_file import ScalesError, read_scales_and_scaling, write_scales_file
-from lpes_harness.core.scaling import halves, join_both
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 from lpes_harness.evaluation.layer_types import by_type, kept_on, model_layer_types, plot_layer_types, report_markdown
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m lpes_harness.evaluation.layer_types",
+    p = flags.CommandParser(
+        prog="python -m lpes_harness.commands.layer_types",
         description="Report a scales curve by attention layer type (sliding vs global) and write "
                     "one ablation scales file per type (the other layers at 1).",
     )
     p.add_argument("--scales", required=True, help="a scales file (lpes-scales/1 or a JSON list)")
-    p.add_argument("--pretrained", default=None,
-                   help="the model: HF id, local dir, .gguf path or a short name (default: bundled SmolLM2)")
-    p.add_argument("--output", required=True, help="folder for layer_types.{md,json,png} and only_<type>.json")
+    flags.add_pretrained(p)
+    p.add_argument("--output", type=flags.output_folder, required=True, help="folder for layer_types.{md,json,png} and only_<type>.json")
     return p
 
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         scales, scaling = read_scales_and_scaling(args.scales)
-        scaling = scaling or "position"  # the ablation files scale the same thing
+        scaling = scaling or DEFAULT  # the ablation files scale the same thing
     except ScalesError as err:
         raise SystemExit(f"layer_types: error: {err}") from None
     from lpes_harness.core.models import BundledModelMissing
@@ -52,7 +52,8 @@ def main(argv=None) -> int:
         layer_types = model_layer_types(args.pretrained)
     except (BundledModelMissing, OSError) as err:
         raise SystemExit(f"layer_types: error: --pretrained {args.pretrained}: {err}") from None
-    curves = halves(scales, scaling)  # scaling both: the position factors, then the base factors
+    entry = SCALINGS[scaling]
+    curves = entry.halves(scales)  # scaling both: the position factors, then the base factors
     try:
         summaries = [by_type(curve, layer_types) for curve in curves]
     except ValueError as err:
@@ -63,15 +64,15 @@ def main(argv=None) -> int:
     model = args.pretrained or "bundled SmolLM2"
     for kind in summary:
         kept = [kept_on(curve, layer_types, kind) for curve in curves]
-        write_scales_file(output / f"only_{kind}.json", join_both(*kept) if scaling == "both" else kept[0],
+        write_scales_file(output / f"only_{kind}.json", entry.join(*kept),
                           scaling=scaling, model=model, note=f"{args.scales} on the {kind} layers only, every other layer at 1")
     record = {"scales_file": args.scales, "model": model, "layer_types": layer_types, "by_type": summary}
-    if scaling == "both":
-        record.update(scaling="both", by_type_base=summaries[1])  # by_type: the position factors
+    if entry.paired:
+        record.update(scaling=scaling, by_type_base=summaries[1])  # by_type: the position factors
     atomic_write_json(output / "layer_types.json", record, indent=1)
-    text = report_markdown(summary, args.scales, model, summaries[1] if scaling == "both" else None)
+    text = report_markdown(summary, args.scales, model, summaries[1] if entry.paired else None)
     atomic_write_text(output / "layer_types.md", text)
-    plot_layer_types(curves[0], layer_types, output / "layer_types.png", curves[1] if scaling == "both" else None)
+    plot_layer_types(curves[0], layer_types, output / "layer_types.png", curves[1] if entry.paired else None)
     print(text, end="")
     return 0
 

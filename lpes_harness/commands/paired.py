@@ -1,7 +1,7 @@
 """Methods side by side on the same held-out samples: accuracy by position, intervals, paired tests.
 
-    scored = score_methods(lm, "multi_needle", {"vanilla": [1.0] * 30, "PI": pi, "LPES": scales},
-                           num_samples=200)
+    rows = {name: MethodSetup.of_scales(s) for name, s in {"vanilla": [1.0] * 30, "PI": pi, "LPES": scales}.items()}
+    scored = score_methods(lm, "multi_needle", rows, num_samples=200)
     table = paired_table(scored)  # :mod:`.paired_table`: the tests, the markdown and the plot
     print(format_table(table)); plot_table(table, "positions.png")
 
@@ -13,21 +13,23 @@ the average. A difference is marked significant only when p < ``alpha``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from lpes_harness.evaluation.baseline_rows import load_baseline_lm, parse_baselines
 from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.evaluation.score_cache import ScoreCache
-from lpes_harness.core.models import positive_int
-from lpes_harness.core.scaling import identity, promote
+from lpes_harness.commands import flags
+
+# What a re-scoring runs in when --dtype is not given: the search's, so that its scores match the search's.
+RECORDED_DTYPE = "the dtype recorded in the first scales file, else float32"
+from lpes_harness.core.scaling import DEFAULT, SCALINGS, common_scaling
 from lpes_harness.evaluation.paired import CACHE_FILE, CHUNK, batch_size_arg, cache_identity, held_layers_of, parse_uniform, run_dtype, sample_bar, score_methods, several_lpes_methods, task_positions
 
 
 def main(argv=None) -> None:
-    """``python -m lpes_harness.evaluation.paired --scales run/scales.json``: re-evaluate searched scales."""
-    parser = argparse.ArgumentParser(
-        prog="python -m lpes_harness.evaluation.paired",
+    """``python -m lpes_harness.commands.paired --scales run/scales.json``: re-evaluate searched scales."""
+    parser = flags.CommandParser(
+        prog="python -m lpes_harness.commands.paired",
         description="Vanilla, PI and searched scales (any uniform scales, and baseline models) on the same held-out samples of a "
                     "position task: accuracy by position with 95 % intervals, exact McNemar p against vanilla. "
                     f"Scores are kept in OUTPUT/scores.cache.json every {CHUNK} samples: run the same command "
@@ -48,9 +50,9 @@ def main(argv=None) -> None:
                         help="curves of scaling both: PI and --uniform rows put the position factor only on the "
                              "layers of this attention type (the base factor on every layer --layer-type moves), "
                              "as a search with the same --position-layer-type did")
-    parser.add_argument("--task", default="multi_needle", help="a registered position task (default multi_needle)")
+    flags.add_task(parser, "multi_needle")
     parser.add_argument("--num-samples", type=int, default=200, help="held-out samples per position (default 200)")
-    parser.add_argument("--metadata", default="{}", help="task options as JSON; a new 'seed' gives fresh samples")
+    flags.add_metadata(parser)  # a new 'seed' gives fresh samples
     parser.add_argument("--uniform", default="", help="extra uniform scales to compare, e.g. 0.8,1.2; for curves of "
                                                       "scaling both, position:base pairs, e.g. 1.2:1,1:2")
     parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]MODEL[:ARGS]",
@@ -60,16 +62,14 @@ def main(argv=None) -> None:
                              "Repeatable. Scored through lm-eval's loglikelihood, one model loaded at a time; "
                              "Attention Buckets runs one forward per base (7 by default), so it costs 7 times as much")
     parser.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"])
-    parser.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf (default: bundled SmolLM2)")
-    parser.add_argument("--dtype", default=None,
-                        help="float32, bfloat16, float16 or auto (bfloat16 where the CPU runs it natively or on a "
-                             "GPU); default: the dtype recorded in the first scales file, else float32")
-    parser.add_argument("--threads", type=positive_int, default=None)
+    flags.add_pretrained(parser)
+    flags.add_dtype(parser, None, RECORDED_DTYPE)
+    flags.add_threads(parser)
     parser.add_argument("--batch-size", default="1", type=batch_size_arg,
                         help="prompts per forward of the scaled rows (default 1; 'auto': as many as fit, on a GPU). "
                              "On a CPU a batch is no faster; on a GPU it is many times faster. In bfloat16 a padded "
                              "batch can flip a sample whose answer is a near-tie, so compare rows scored alike")
-    parser.add_argument("--output", required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
+    parser.add_argument("--output", type=flags.output_folder, required=True, help="directory for heldout.{json,md,png} and scores.cache.json")
     parser.add_argument("--reuse-scores", action="append", default=[], metavar="PATH",
                         help="another run's scores.cache.json (or its directory) for the same samples, model and "
                              "dtype, e.g. a search's --output: its scored methods are taken in, not scored again. "
@@ -89,9 +89,9 @@ def main(argv=None) -> None:
             raise ValueError("two --scales have the same name; give them NAME=FILE")
         # One loaded model scores every row: curves of different scalings are all stated as scaling both,
         # each with its other half at 1 (exactly its own scaling), and scored on a both model.
-        scalings = {path: read[path][1] or "position" for _, path in named}
-        scaling = next(iter(scalings.values())) if len(set(scalings.values())) == 1 else "both"
-        curves = {name: promote(values, scalings[path]) if scaling == "both" else values
+        scalings = {path: read[path][1] or DEFAULT for _, path in named}
+        scaling = common_scaling(scalings.values())
+        curves = {name: SCALINGS[scalings[path]].restate(values, SCALINGS[scaling])
                   for (name, values), (_, path) in zip(curves.items(), named)}
         uniform = parse_uniform(args.uniform, scaling)
         with_pi = False if args.no_pi else (args.pi if args.pi else True)
@@ -132,9 +132,10 @@ def main(argv=None) -> None:
     except OSError as err:  # a model that is not there (or its package missing): one line, nothing written
         parser.exit(2, f"{parser.prog}: error: --pretrained {args.pretrained}: {' '.join(str(err).split())}\n")
     try:
-        with sample_bar((len(methods) + len(baselines)) * len(percents) * args.num_samples) as progress:
-            scored = score_methods(lm, args.task, methods, num_samples=args.num_samples, metadata=metadata,
-                                   chat_template=chat, cache=cache, progress=progress, baselines=baselines,
+        rows = {**methods, **baselines}  # the scaled rows, then the other models'
+        with sample_bar(len(rows) * len(percents) * args.num_samples) as progress:
+            scored = score_methods(lm, args.task, rows, num_samples=args.num_samples, metadata=metadata,
+                                   chat_template=chat, cache=cache, progress=progress,
                                    load_baseline=lambda b: load_baseline_lm(b, args.pretrained, dtype),
                                    batch_size=args.batch_size)
     except ValueError as err:  # e.g. a cached block made for other samples: named, nothing else written
@@ -142,7 +143,7 @@ def main(argv=None) -> None:
     scored.update({"scales_files": {name: str(path) for name, path in named}, "dtype": dtype})
     if args.batch_size != 1:
         scored["batch_size"] = args.batch_size  # bfloat16 scores can depend on it (padding)
-    if scaling != "position":
+    if scaling != DEFAULT:
         scored["scaling"] = scaling
     if args.layer_type:
         scored["layer_type"] = args.layer_type  # what the PI and uniform rows moved

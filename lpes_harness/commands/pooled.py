@@ -1,10 +1,10 @@
 """Rows of several held-out tables pooled into one paired test: "does the curve help over all conditions?".
 
-    python -m lpes_harness.evaluation.pooled results/robust_smollm2_heldout/{1x_length,16_needles,2x_length,180_sentences} \
+    python -m lpes_harness.commands.pooled results/robust_smollm2_heldout/{1x_length,16_needles,2x_length,180_sentences} \\
         --against vanilla --against 'uniform 1:0.75 (PI) robust-uniform' --row 'LPES robust'
 
-Each argument is a folder (or its ``heldout.json``) written by ``analysis.paired`` or
-``analysis.transfer``: one condition, every row scored on the same samples. A row is pooled over
+Each argument is a folder (or its ``heldout.json``) written by ``commands.paired`` or
+``commands.transfer``: one condition, every row scored on the same samples. A row is pooled over
 every position of every table, sample by sample against another row of the same tables, so the
 test stays paired (exact McNemar on all discordant samples, the Wald interval of the
 difference). Tables of the same samples (same task, split and options) are refused: pooling
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from lpes_harness.commands import flags
 from lpes_harness.evaluation.pooled import as_json, format_results, load_table, pool, shared_rows
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lpes_harness.evaluation.pooled", description=__doc__,
+    parser = flags.CommandParser(prog="python -m lpes_harness.commands.pooled", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tables", nargs="+", metavar="TABLE", help="a held-out table's folder or heldout.json")
     parser.add_argument("--against", action="append", metavar="ROW",

@@ -13,129 +13,20 @@ while perturbed versions of them move it further. Compared here:
 - ``shuffled``: the same values in a random layer order;
 - ``random``: every layer U(y_min, y_max), the search's range;
 
-the last three over ``--seeds`` seeds (mean and standard deviation reported).
+the last three over ``--seeds`` seeds (mean and standard deviation reported). The measure and the
+variants are :mod:`lpes_harness.evaluation.representation_structure`'s.
 
     python -m lpes_harness.commands.rsm --control-points "0:1.5;10:1.2;20:1.8;29:1.4" --out results/analysis
 """
 
 from __future__ import annotations
 
-import argparse
-import random
-import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from lpes_harness.evaluation.inputs import add_common_arguments, encode, load_model, prompts_from_args, pyplot, write_json
-from lpes_harness.core.files import save_figure
-
-SEEDED_VARIANTS = ("noisy", "shuffled", "random")
-VARIANTS = ("bezier", "uniform", *SEEDED_VARIANTS)
-
-
-def last_token_states(model, input_ids):
-    """(layers, hidden) hidden states of the last token after each decoder layer."""
-    import torch
-
-    with torch.no_grad():
-        output = model(input_ids=input_ids.to(model.device), output_hidden_states=True, use_cache=False)
-    # hidden_states[0] is the embedding output; [1:] one per decoder layer.
-    return torch.stack([state[0, -1].float() for state in output.hidden_states[1:]])
-
-
-def layer_similarity(states):
-    """Cosine similarity between every pair of layers' states: (layers, layers)."""
-    import torch
-
-    unit = torch.nn.functional.normalize(states, dim=-1)
-    return unit @ unit.T
-
-
-def similarity_matrix(model, inputs: Sequence):
-    """Layer x layer similarity averaged over the prompts."""
-    total = None
-    for input_ids in inputs:
-        matrix = layer_similarity(last_token_states(model, input_ids))
-        total = matrix if total is None else total + matrix
-    return total / len(inputs)
-
-
-def deviation(matrix, reference) -> float:
-    return float((matrix - reference).abs().mean())
-
-
-def scale_variants(
-    base: Sequence[float], seeds: Sequence[int], y_min: float, y_max: float, noise: float = 0.1
-) -> dict[str, list[list[float]]]:
-    """Variant name -> one list of layer scales per run (one run for the unseeded ones)."""
-    base = [float(s) for s in base]
-    mean = sum(base) / len(base)
-    variants: dict[str, list[list[float]]] = {"bezier": [base], "uniform": [[mean] * len(base)]}
-    for name in SEEDED_VARIANTS:
-        variants[name] = []
-        for seed in seeds:
-            rng = random.Random(f"rsm/{name}/{seed}")
-            if name == "noisy":
-                # Keep scales positive: a scale <= 0 has no meaning for RoPE.
-                scales = [max(1e-3, s + rng.uniform(-noise, noise)) for s in base]
-            elif name == "shuffled":
-                scales = list(base)
-                rng.shuffle(scales)
-            else:
-                scales = [rng.uniform(y_min, y_max) for _ in base]
-            variants[name].append(scales)
-    return variants
-
-
-def run(model, inputs: Sequence, variants: Mapping[str, Sequence[Sequence[float]]]) -> dict:
-    """Vanilla's matrix, then every variant's deviation from it; LPES is removed afterwards."""
-    from lpes_harness.core import rope
-
-    n_layers = rope.num_layers(model)
-    rope.install(model, [1.0] * n_layers)
-    try:
-        vanilla = similarity_matrix(model, inputs)
-        results = {"num_layers": n_layers, "num_inputs": len(inputs), "vanilla": vanilla.tolist(), "variants": {}}
-        for name, runs in variants.items():
-            deviations, first_matrix = [], None
-            for scales in runs:
-                rope.set_scales(model, scales)
-                matrix = similarity_matrix(model, inputs)
-                first_matrix = matrix if first_matrix is None else first_matrix
-                deviations.append(deviation(matrix, vanilla))
-            results["variants"][name] = {
-                "scales": [list(s) for s in runs],
-                "deviations": deviations,
-                "mean": statistics.fmean(deviations),
-                "std": statistics.stdev(deviations) if len(deviations) > 1 else 0.0,
-                "difference_of_first": (first_matrix - vanilla).abs().tolist(),
-            }
-    finally:
-        rope.remove(model)
-    return results
-
-
-def plot(results: Mapping, path: Path) -> None:
-    plt = pyplot()
-    names = list(results["variants"])
-    figure, (bars, vanilla_axes, diff_axes) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
-    means = [results["variants"][n]["mean"] for n in names]
-    stds = [results["variants"][n]["std"] for n in names]
-    bars.bar(names, means, yerr=stds, capsize=4, color=["tab:green", "tab:blue", "tab:orange", "tab:purple", "tab:red"][: len(names)])
-    bars.set_ylabel("mean |S - S_vanilla|")
-    bars.set_title("representational-structure deviation")
-    image = vanilla_axes.imshow(results["vanilla"], vmin=-1, vmax=1, cmap="coolwarm")
-    vanilla_axes.set_title("vanilla: layer x layer cosine")
-    figure.colorbar(image, ax=vanilla_axes, fraction=0.046)
-    if "bezier" in results["variants"]:
-        image = diff_axes.imshow(results["variants"]["bezier"]["difference_of_first"], cmap="viridis")
-        diff_axes.set_title("|S_bezier - S_vanilla|")
-        figure.colorbar(image, ax=diff_axes, fraction=0.046)
-    for axes in (vanilla_axes, diff_axes):
-        axes.set_xlabel("layer")
-        axes.set_ylabel("layer")
-    save_figure(figure, path)
-    plt.close(figure)
+from lpes_harness.commands import flags
+from lpes_harness.evaluation.inputs import encode, load_model, prompts_from_args, write_json
+from lpes_harness.evaluation.representation_structure import plot, run, scale_variants
 
 
 def base_scales(args, n_layers: int) -> list[float]:
@@ -151,8 +42,8 @@ def base_scales(args, n_layers: int) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> int:
     from lpes_harness.core import curves
 
-    parser = argparse.ArgumentParser(prog="python -m lpes_harness.commands.rsm", description=__doc__.splitlines()[0])
-    add_common_arguments(parser)
+    parser = flags.CommandParser(prog="python -m lpes_harness.commands.rsm", description=__doc__.splitlines()[0])
+    flags.add_prompt_inputs(parser)
     parser.add_argument("--scales", default=None, help="the searched scales: a scales file, a number or a ';' list")
     parser.add_argument("--control-points", default=curves.EXAMPLE_CONTROL_POINTS, help="used when --scales is not given")
     parser.add_argument("--curve", default="bezier", help="curve through the control points (default bezier)")

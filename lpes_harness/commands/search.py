@@ -1,4 +1,4 @@
-"""The search command (``lpes-search``, or ``python searches/ga.py``): wires model, fitness, loop and callbacks.
+"""The search command (``lpes-search``, or ``python searches/ga.py``): parses, then runs the stages of :mod:`lpes_harness.search.run`.
 
 The flags, profiles and input checks are in :mod:`lpes_harness.commands.search_cli`; the timing, estimate and
 ``--time-budget`` in :mod:`lpes_harness.search.timing`.

@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from lpes_harness.core.models import DTYPES
+from lpes_harness.commands import flags
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS
 from lpes_harness.search.config import INITIAL_POPULATIONS
 from lpes_harness.search.fitness import OBJECTIVES, ROLES
@@ -28,7 +29,7 @@ scales are changed in place.
 """
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = flags.CommandParser(
         prog="lpes-search", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
@@ -37,23 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "SmolLM2 on a CPU, robust-smollm2-gpu on a GPU, robust-gemma3 for gemma3-270m; for other models gpu on a GPU, cpu-bf16 on a CPU "
                         "where bfloat16 is native and faster than float32, else cpu); see below")
     model = p.add_argument_group("model")
-    model.add_argument("--pretrained", default=None, help="HF id, local dir or .gguf path (default: bundled SmolLM2)")
+    flags.add_pretrained(model)
     model.add_argument("--model-args", default="", help="extra lpes_hf/HFLM arguments, 'k=v,k=v' (e.g. dtype=float32)")
-    model.add_argument("--device", default=None, help="cpu / cuda (default: cuda when present)")
+    flags.add_device(model)
     model.add_argument("--batch-size", default="auto",
                        help="prompts per forward of the fitness: an integer, or 'auto' (default: the largest that fits "
                             "on a GPU, halving on out-of-memory; 1 on a CPU, where batching measured no faster); also "
                             "lm-eval's batch size for generate mode. Racing scores at most --chunk-size prompts at once")
-    model.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default: torch's choice; 1 helps on a CPU shared with other jobs)")
-    model.add_argument("--dtype", default="auto", choices=DTYPES,
-                       help="auto (default): bfloat16 on CUDA or on a CPU with native bfloat16 (avx512_bf16 / AMX) where a "
-                            "timed matmul runs it faster than float32, else float32; RoPE's cos/sin are computed in "
-                            "float32 either way")
+    flags.add_threads(model)
+    flags.add_dtype(model, "auto", "auto; RoPE's cos/sin are computed in float32 either way")
     fit = p.add_argument_group("fitness")
-    fit.add_argument("--task", default="kv_retrieval",
-                     help="any registered position task (multi_needle, kv_retrieval, mdqa, needle, or "
-                          "'module:ATTRIBUTE' of your own; see docs/position_tasks.md). Default: the profile's")
+    flags.add_task(fit, "kv_retrieval", "the profile's (the paper's kv_retrieval)")
     fit.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
                      help="wrap prompts in the model's chat template: auto follows the task (multi_needle: on)")
     fit.add_argument("--fitness", default="greedy", choices=MODES,
@@ -68,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="gold percents for begin,middle,end; join several with '+', e.g. 0,25+50+75,100 "
                           "(default: the task's roles; kv_retrieval 0,40,100; mdqa 0,50,100; multi_needle 0,25+50+75,100)")
     fit.add_argument("--num-samples", type=int, default=200, help="search samples per gold position (paper 200, cpu 12)")
-    fit.add_argument("--metadata", default="{}", help="task options as JSON, e.g. '{\"num_pairs\": 30}'")
+    flags.add_metadata(fit)
     fit.add_argument("--condition", action="append", default=None, metavar="NAME=JSON",
                      help="search over several conditions (repeatable): each a name and task options as JSON on top "
                           "of --task and --metadata, plus 'task' and 'chat_template' (on/off/auto), e.g. "
@@ -106,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="generation 0 beside the start: mutants of it (default, the paper's) or random valid genomes "
                          "(wider: --initial random --generations 0 --parents 1 --crossovers 0 is a random search "
                          "raced against the best so far)")
-    ga.add_argument("--seed", type=int, default=0)
+    flags.add_seed(ga)
     ga.add_argument("--sweep", default="none",
                     help="uniform scales scored first, e.g. 1,0.8,1.2; the best starts the search (it does not "
                          "narrow the y range). 'none': start at --initial-y (cpu profile: 1,0.8,1.2)")
@@ -128,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--scaling both: the position curve moves only the layers of this attention type, the "
                             "base curve every layer --layer-type allows (Gemma-3: position factors break its "
                             "sliding-window layers, base factors help them). Default: both curves on the same layers")
-    genes.add_argument("--scaling", default="position", choices=["position", "base", "both"],
+    genes.add_argument("--scaling", default=DEFAULT, choices=SCALINGS,  # the table itself: a new entry is a choice
                        help="what a layer's factor s_h multiplies: position (the paper's: layer h reads position i "
                             "as i / s_h), base (layer h's RoPE base becomes s_h x theta, at the true positions; "
                             "plain RoPE only), or both (two curves in one genome: each layer's position factor and "
@@ -149,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     genes.add_argument("--y-step", type=float, default=0.1)
     genes.add_argument("--initial-y", type=float, default=1.5, help="y of the initial individual, clipped into range (paper 1.5, cpu 1.0)")
     out = p.add_argument_group("output")
-    out.add_argument("--output", default=None, help="run directory (default results/<run-name>)")
+    out.add_argument("--output", type=flags.output_folder, default=None, help="run directory (default results/<run-name>)")
     out.add_argument("--run-name", default=None, help="default: <task>_<curve>_seed<seed>")
     out.add_argument("--resume", action="store_true", help="continue the run in --output where it stopped, with its "
                      "own settings (from its config.json): no other flag is needed; one given again must keep its "
@@ -240,6 +235,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         _check(args)
     except ValueError as err:
         parser.error(str(err))
+    if not args.output:  # --output's type checked a folder given; this is the default one, results/<run-name>
+        try:
+            flags.output_folder(str(run_folder(args)))
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"the run's folder (no --output given) {err}")
     # A profile's task options (gemma3-cpu: num_sentences 240) stay under the user's own
     # --metadata: adding num_needles must not silently drop the haystack size.
     args.metadata = {**PROFILES[profile].get("metadata", {}), **args.metadata}
@@ -354,7 +354,7 @@ def _check(args) -> None:
     if args.fitness == "tiebreak":  # here, so that a bad setting is one line before anything loads
         check_tiebreak(args.weights_dict, args.num_samples, args.positions_dict or task_roles(args.task), args.objective)
     args.sweep_values = parse_sweep(args.sweep)
-    args.base_sweep_values = parse_sweep(args.base_sweep) if args.scaling == "both" else []
+    args.base_sweep_values = parse_sweep(args.base_sweep) if SCALINGS[args.scaling].paired else []
     args.line_values = check_lines(parse_lines(args.lines), args)
     args.heldout_extra = _heldout_extra(args.heldout_extra)
     _check_robust_settings(args)
@@ -399,7 +399,7 @@ def _check_robust_settings(args) -> None:
             metadata = {}  # named by the --metadata check
     args.conditions = search_conditions(args.condition or [], args.task, metadata if isinstance(metadata, dict) else {},
                                         args.chat_template)
-    if args.scaling == "both":
+    if SCALINGS[args.scaling].paired:
         if args.brute_force:
             raise ValueError("--scaling both searches two curves of control points; --brute-force has one gene per layer")
         if not (0 < args.base_y_min <= args.base_y_max) or args.base_y_step <= 0:

@@ -44,7 +44,8 @@ it is defined for plain ('default') RoPE only and refused, at :func:`install`, f
 position factors, then the L base factors; :mod:`lpes_harness.core.scaling`): the layer rotates with base
 b_h * theta at positions i / p_h. A pair with b_h = 1 takes the position path above, one with
 p_h = 1 the base path; a pair (1, 1) leaves the layer untouched. Base factors other than 1 are
-refused, at :func:`install` or :func:`set_scales`, on RoPEs other than plain ones.
+refused, at :func:`install` or :func:`set_scales`, on RoPEs other than plain ones. What each scaling
+does to a layer's RoPE is its entry's ``rope_pair`` in that table: one path here serves them all.
 
 Scales live in a plain list on the installed state and are read at call time, so
 :func:`set_scales` changes them in place with no re-install; :func:`remove` takes the
@@ -79,8 +80,8 @@ from lpes_harness.core.rope_anatomy import (
     nope_layers_in,
     probe_rotary,
 )
-from lpes_harness.core.rope_factors import IDENTITY, layer_factors, validate_scales
-from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.core.rope_factors import validate_scales
+from lpes_harness.core.scaling import DEFAULT, SCALINGS, Scaling
 
 # Key under which the scales are kept in ``model.config`` (and so in config.json
 # after ``save_pretrained``); ``lpes_hf`` re-applies them on load.
@@ -119,20 +120,20 @@ class _LPESState:
     # Per forward: every rotary call so far.
     calls: list[_RotaryCall] = field(default_factory=list)
     divisors: dict = field(default_factory=dict)  # (scales, device) -> the scales as a tensor
-    scaling: str = "position"
-    # scaling "base" / "both": per rotary call key, the RoPE it computes and that RoPE's base theta.
+    kind: Scaling = SCALINGS[DEFAULT]  # the table's entry of the scaling
+    # A scaling that moves bases: per rotary call key, the RoPE it computes and that RoPE's base theta.
     bases: dict = field(default_factory=dict)
-    # scaling "both" on a RoPE a base factor cannot change: why, refused as soon as a base factor is not 1.
+    # One that also moves positions, on a RoPE a base factor cannot change: why; refused once a base factor is not 1.
     base_refusal: str | None = None
 
     @property
     def identity(self):
         """The factor that leaves a layer as it is: 1, or the pair (1, 1) under "both"."""
-        return IDENTITY[self.scaling]
+        return self.kind.identity_factor
 
     def assign(self, scales: list[float]) -> None:
         self.scales[:] = scales
-        self.factors = layer_factors(scales, self.scaling)
+        self.factors = self.kind.layer_factors(scales)
         self.distinct = sorted({f for f in self.factors if f != self.identity})
         self.divisors = {}
         self.wanted = {}
@@ -148,7 +149,7 @@ _STATE_ATTR = "_lpes_state"
 
 def _check_factors(state: _LPESState, scales: list[float]) -> None:
     """What the model's layers cannot take: a factor on a NoPE layer, a base factor on a RoPE it cannot change."""
-    factors = layer_factors(scales, state.scaling)
+    factors = state.kind.layer_factors(scales)
     scaled = [i for i in state.nope_layers if factors[i] != state.identity]
     if scaled:
         nope = sorted(state.nope_layers)
@@ -158,7 +159,7 @@ def _check_factors(state: _LPESState, scales: list[float]) -> None:
             f"{[factors[i] for i in scaled]}, but they apply no RoPE ({reasons}), so a position scale "
             f"there has no meaning; give {state.identity} for layers {nope}"
         )
-    if state.base_refusal and any(b != 1.0 for _, b in factors):
+    if state.base_refusal and any(state.kind.rope_pair(f)[1] != 1.0 for f in factors):
         raise LPESError(state.base_refusal)
 
 
@@ -200,9 +201,10 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, factors: list) -> list
     Position scales ``s``: the call re-run at ``position_ids / s`` for all of them at once, one
     rotary computation: positions become a (n_scales * batch, seq) tensor, so the whole set costs
     about what one (cos, sin) costs; this matters during cached generation, where each step is tiny
-    and one call per layer would show in the latency. Base factors (``scaling="base"``): the call's
-    RoPE at that base, at its own positions (:func:`_rebased`). Pairs (p, b) (``scaling="both"``):
-    those with b = 1 are position scales, the others the RoPE at base b at ``position_ids / p``.
+    and one call per layer would show in the latency. Every scaling's factor is a pair (p, b) to RoPE
+    (:meth:`~lpes_harness.core.scaling.Scaling.rope_pair`: a position scale s is (s, 1), a base factor
+    b is (1, b)): those with b = 1 are position scales, the others the call's RoPE at base b, at
+    ``position_ids / p`` (:func:`_rebased`).
     """
     plain = state.rotary.plain_split(call.args, call.kwargs)
     if plain is not None:
@@ -217,17 +219,14 @@ def _compute_scaled(state: _LPESState, call: _RotaryCall, factors: list) -> list
             f"of shape {tuple(position_ids.shape)} (several position axes, as in M-RoPE); LPES supports "
             f"(batch, seq) positions only"
         )
-    if state.scaling == "base":
-        return [_rebased(state, call, position_ids, factor) for factor in factors]
-    scales = factors if state.scaling == "position" else [p for p, b in factors if b == 1.0]
+    pairs = [state.kind.rope_pair(factor) for factor in factors]
+    scales = [p for p, b in pairs if b == 1.0]
     stacked = dict(zip(scales, _stacked(state, position_ids, x, bound, scales))) if scales else {}
-    if state.scaling == "position":
-        return [stacked[s] for s in factors]
 
     def divided(p: float) -> torch.Tensor:
         return position_ids if p == 1.0 else position_ids.float() / _divisors(state, [p], position_ids)[0]
 
-    return [stacked[p] if b == 1.0 else _rebased(state, call, divided(p), b) for p, b in factors]
+    return [stacked[p] if b == 1.0 else _rebased(state, call, divided(p), b) for p, b in pairs]
 
 
 def _divisors(state: _LPESState, scales: list[float], position_ids: torch.Tensor) -> torch.Tensor:
@@ -328,7 +327,7 @@ def check_supported(model: nn.Module) -> RoPEParts:
     return parts
 
 
-def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "position") -> nn.Module:
+def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = DEFAULT) -> nn.Module:
     """Make layer h of ``model`` use positions i / scales[h]. Returns the same model.
 
     ``scaling="base"``: layer h uses RoPE base scales[h] * theta (its own layer type's theta) at
@@ -343,8 +342,8 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     if scaling not in SCALINGS:
         raise LPESError(f"scaling={scaling!r} is not one of {', '.join(SCALINGS)}")
     if is_installed(model):
-        if _get_state(model).scaling != scaling:
-            raise LPESError(f"LPES is installed on this model with scaling={_get_state(model).scaling!r}; "
+        if _get_state(model).kind.name != scaling:
+            raise LPESError(f"LPES is installed on this model with scaling={_get_state(model).kind.name!r}; "
                             f"remove it (rope.remove) before installing scaling={scaling!r}")
         set_scales(model, scales)
         return model
@@ -353,14 +352,15 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     rotary = RotaryFunction(parts.rotary_emb, parts.model_type)
     values = validate_scales(scales, len(parts.layers), scaling)
     probe_rotary(parts, rotary, config)
-    state = _LPESState(parts=parts, rotary=rotary, scales=[], nope_layers=nope_layers_in(parts), scaling=scaling)
-    if scaling != "position":
+    kind = SCALINGS[scaling]
+    state = _LPESState(parts=parts, rotary=rotary, scales=[], nope_layers=nope_layers_in(parts), kind=kind)
+    if kind.moves_base:
         try:
-            state.bases = _layer_bases(parts, config, scaling)
+            state.bases = _layer_bases(parts, config, kind)
         except LPESError as err:
-            if scaling == "base":
+            if not kind.moves_positions:  # nothing left that such a RoPE could take
                 raise
-            state.base_refusal = str(err)  # "both" still takes position factors on such a RoPE
+            state.base_refusal = str(err)  # it still takes position factors on such a RoPE
     _check_factors(state, values)
     state.layer_keys = known_layer_keys(rotary, config, len(parts.layers))
     state.assign(values)
@@ -371,14 +371,14 @@ def install(model: nn.Module, scales: Sequence[float] | float, scaling: str = "p
     state.handles.append(parts.decoder.register_forward_hook(_release_after_forward(state)))
     setattr(model, _STATE_ATTR, state)
     setattr(model.config, CONFIG_KEY, list(state.scales))
-    if scaling != "position":  # absent means position: configs saved before base scaling still load
+    if scaling != DEFAULT:  # absent means position: configs saved before base scaling still load
         setattr(model.config, CONFIG_SCALING_KEY, scaling)
     return model
 
 
-def _layer_bases(parts: RoPEParts, config, scaling: str) -> dict:
+def _layer_bases(parts: RoPEParts, config, kind: Scaling) -> dict:
     """Per rotary call key, the RoPE it computes and its base; refuses what a base factor cannot change."""
-    what = "scaling='base'" if scaling == "base" else "scaling='both' with a base factor other than 1"
+    what = f"scaling={kind.name!r}" + (" with a base factor other than 1" if kind.moves_positions else "")
     ropes = rope_math.layer_ropes(parts, config)
     if ropes is None:
         raise LPESError(f"model type '{parts.model_type}': its rotary embedding takes arguments other than the "
@@ -393,7 +393,7 @@ def _layer_bases(parts: RoPEParts, config, scaling: str) -> dict:
 def set_scales(model: nn.Module, scales: Sequence[float] | float) -> None:
     """Change the installed scales in place (no re-install, no reload); 2L numbers under scaling "both"."""
     state = _get_state(model)
-    values = validate_scales(scales, len(state.parts.layers), state.scaling)
+    values = validate_scales(scales, len(state.parts.layers), state.kind.name)
     _check_factors(state, values)
     state.assign(values)
     setattr(model.config, CONFIG_KEY, list(state.scales))
@@ -402,7 +402,7 @@ def set_scales(model: nn.Module, scales: Sequence[float] | float) -> None:
 def get_scaling(model: nn.Module) -> str | None:
     """What the installed scales multiply ("position", "base" or "both"); None when LPES is not installed."""
     state = getattr(model, _STATE_ATTR, None)
-    return None if state is None else state.scaling
+    return None if state is None else state.kind.name
 
 
 def get_scales(model: nn.Module) -> list[float] | None:
@@ -436,7 +436,7 @@ def saved_scales(config) -> list[float] | None:
 
 def saved_scaling(config) -> str:
     """What the scales stored in a model config multiply (read back from config.json)."""
-    return getattr(config, CONFIG_SCALING_KEY, None) or "position"
+    return getattr(config, CONFIG_SCALING_KEY, None) or DEFAULT
 
 
 def _get_state(model: nn.Module) -> _LPESState:

@@ -3,7 +3,7 @@
 A scaling's factors arrive as one flat list (:mod:`lpes_harness.core.scaling`): one number per decoder
 layer (``position``, ``base``), or 2L numbers, the position factors then the base factors
 (``both``). Per layer, the hooks read a number or, under ``both``, a ``(p, b)`` pair; the
-layer's :data:`IDENTITY` leaves it untouched.
+scaling's ``identity_factor`` leaves a layer untouched.
 """
 
 from __future__ import annotations
@@ -14,21 +14,20 @@ from typing import Sequence
 import torch
 
 from lpes_harness.core.rope_anatomy import LPESError
-from lpes_harness.core.scaling import factors_per_layer, split_both
-
-IDENTITY = {"position": 1.0, "base": 1.0, "both": (1.0, 1.0)}
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 
 
-def validate_scales(scales: Sequence[float] | float, n_layers: int, scaling: str = "position") -> list[float]:
+def validate_scales(scales: Sequence[float] | float, n_layers: int, scaling: str = DEFAULT) -> list[float]:
     """Return ``scales`` as a list of ``n_layers`` floats; a single number means uniform.
 
     ``scaling="both"``: 2 * ``n_layers`` floats, the position factors then the base factors; a
     single number is refused there (a position or a base factor?)."""
-    per_layer = factors_per_layer(scaling)
+    kind = SCALINGS[scaling]
+    per_layer = kind.per_layer
     if isinstance(scales, (int, float)) and not isinstance(scales, bool):
-        if per_layer == 2:
-            raise LPESError(f"scaling='both' takes 2 factors per layer, the {n_layers} position factors then the "
-                            f"{n_layers} base factors ({2 * n_layers} numbers); a single number ({scales!r}) is ambiguous")
+        if kind.paired:
+            raise LPESError(f"scaling={scaling!r} takes {per_layer} factors per layer, {_layout(kind, n_layers, ' ')} "
+                            f"({per_layer * n_layers} numbers); a single number ({scales!r}) is ambiguous")
         scales = [float(scales)] * n_layers
     if isinstance(scales, torch.Tensor):
         scales = scales.flatten().tolist()
@@ -36,10 +35,10 @@ def validate_scales(scales: Sequence[float] | float, n_layers: int, scaling: str
         values = [float(s) for s in scales]
     except (TypeError, ValueError) as err:
         raise LPESError(f"scales must be numbers, got {scales!r}") from err
-    if len(values) != n_layers * per_layer and per_layer == 2:
+    if len(values) != n_layers * per_layer and kind.paired:
         raise LPESError(
-            f"got {len(values)} factors but scaling='both' takes 2 per decoder layer: the {n_layers} position "
-            f"factors, then the {n_layers} base factors ({2 * n_layers} numbers)"
+            f"got {len(values)} factors but scaling={scaling!r} takes {per_layer} per decoder layer: "
+            f"{_layout(kind, n_layers, ', ')} ({per_layer * n_layers} numbers)"
         )
     if len(values) != n_layers * per_layer:
         raise LPESError(
@@ -49,11 +48,11 @@ def validate_scales(scales: Sequence[float] | float, n_layers: int, scaling: str
     for index, value in enumerate(values):
         if not math.isfinite(value) or value <= 0:
             which = f"scale for layer {index}" if per_layer == 1 else \
-                f"{('position', 'base')[index // n_layers]} factor for layer {index % n_layers}"
+                f"{kind.axes[index // n_layers]} factor for layer {index % n_layers}"
             raise LPESError(f"{which} is {value!r}; every scale must be a finite number > 0")
     return values
 
 
-def layer_factors(scales: Sequence[float], scaling: str) -> list:
-    """Each layer's factor: the numbers themselves, or under ``both`` the pairs ``(p_h, b_h)``."""
-    return list(zip(*split_both(scales))) if scaling == "both" else list(scales)
+def _layout(kind, n_layers: int, joint: str) -> str:
+    """``the 4 position factors then the 4 base factors``: a paired list's blocks, in order."""
+    return f"{joint}then ".join(f"the {n_layers} {axis} factors" for axis in kind.axes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from lpes_harness.core.arg_values import number_list, parse_bool, shown
-from lpes_harness.core.scaling import SCALINGS, describe, halves, join_both
+from lpes_harness.core.scaling import DEFAULT, SCALINGS, Scaling
 from lpes_harness.core.scales_file import (
     SAVED_SCALES_KEY,
     ScalesError,
@@ -26,8 +26,7 @@ from lpes_harness.core.scales_file import (
 )
 
 SCALES_FORMS = "a number > 0 (uniform), numbers > 0 separated by ';' (one per layer), or a path to a JSON scales file"
-BOTH_FORMS = ("a scales file of scaling both, or 2L numbers > 0 separated by ';' (the L position factors, then the "
-              "L base factors)")
+_COUNTS = {2: "two"}  # spelled out in messages
 SCALES_ARGS = ("scales", "control_points", "curve", "pi", "layer_type", "scaling")
 
 
@@ -80,20 +79,33 @@ def _positive(value: Any, given: str, index: int | None = None) -> float:
     return number
 
 
+def paired_forms(kind: Scaling) -> str:
+    """What a paired scaling's ``scales=`` may be (``both``: a scales file of it, or its 2L numbers)."""
+    blocks = ", then ".join(f"the L {axis} factors" for axis in kind.axes)
+    return f"a scales file of scaling {kind.name}, or {kind.per_layer}L numbers > 0 separated by ';' ({blocks})"
+
+
+def ambiguous(given: str, kind: Scaling) -> str:
+    """Why one number cannot be a paired scaling's factors."""
+    which = " or ".join(f"a {axis}" for axis in kind.axes)
+    return f"{given} with scaling={kind.name} is ambiguous ({which} factor?); give {paired_forms(kind)}"
+
+
 def check_scales(scales: float | Sequence[float], num_layers: int, given: str = "scales",
-                 scaling: str = "position") -> list[float]:
+                 scaling: str = DEFAULT) -> list[float]:
     """One scale per layer: a single number is used for every layer, a list must have ``num_layers``.
 
     ``scaling="both"``: a list of ``2 * num_layers`` (the position factors, then the base factors)."""
-    if scaling == "both":
+    kind = SCALINGS[scaling]
+    if kind.paired:
         if isinstance(scales, (int, float)) and not isinstance(scales, bool):
-            raise ScalesError(f"{given} with scaling=both is ambiguous (a position or a base factor?); give {BOTH_FORMS}")
+            raise ScalesError(ambiguous(given, kind))
         values = [float(s) for s in scales]
-        if len(values) != 2 * num_layers:
+        if len(values) != kind.per_layer * num_layers:
+            blocks = " then ".join(f"the {num_layers} {axis} factors" for axis in kind.axes)
             raise ScalesError(
-                f"{given} gives {len(values)} factors but scaling=both takes 2 per decoder layer: this model has "
-                f"{num_layers}, so {2 * num_layers} numbers, the {num_layers} position factors then the "
-                f"{num_layers} base factors"
+                f"{given} gives {len(values)} factors but scaling={scaling} takes {kind.per_layer} per decoder layer: "
+                f"this model has {num_layers}, so {kind.per_layer * num_layers} numbers, {blocks}"
             )
         return values
     if isinstance(scales, (int, float)) and not isinstance(scales, bool):
@@ -125,7 +137,7 @@ class ScalesArgs:
         """What the factors multiply: ``scaling=`` or the scales file's; else, when the model's saved
         scales are used (no ``scales``, no ``control_points``), their ``saved_scaling``; else positions."""
         from_saved = self.scales is None and self.control_points is None
-        return self.scaling or (saved_scaling if from_saved and saved_scaling else "position")
+        return self.scaling or (saved_scaling if from_saved and saved_scaling else DEFAULT)
 
     def layer_scales(self, num_layers: int, saved: Sequence[float] | None = None,
                      layer_types: Sequence[str] | None = None, scaling: str | None = None) -> list[float] | None:
@@ -139,7 +151,7 @@ class ScalesArgs:
         """
         from lpes_harness.core import curves
 
-        scaling = scaling or self.scaling or "position"
+        scaling = scaling or self.scaling or DEFAULT
         if self.scales is not None:
             values = check_scales(self.scales, num_layers, self.given["scales"], scaling)
         elif self.control_points is not None:
@@ -166,11 +178,11 @@ class ScalesArgs:
                 raise ScalesError(f"{self.given['layer_type']}: this model's layers are of type(s) "
                                   f"{', '.join(dict.fromkeys(layer_types))}")
         curves_out = []
-        for curve in halves(values, scaling):  # both: the position factors, then the base factors, alike
+        for curve in SCALINGS[scaling].halves(values):  # both: the position factors, then the base factors, alike
             if self.pi:
                 curve = [sum(curve[i] for i in kept) / len(kept)] * num_layers
             curves_out.append([curve[i] if i in kept else 1.0 for i in range(num_layers)])
-        return join_both(*curves_out) if scaling == "both" else curves_out[0]
+        return SCALINGS[scaling].join(*curves_out)
 
 
 def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any = None, pi: Any = False,
@@ -207,18 +219,19 @@ def parse_scales_args(scales: Any = None, control_points: Any = None, curve: Any
         given["scaling"] = f"scaling={shown(scaling)}"
         if scaling not in SCALINGS:
             raise ScalesError(f"{given['scaling']} is not understood; accepted: "
-                              + ", ".join(describe(kind) for kind in SCALINGS))
+                              + ", ".join(kind.description for kind in SCALINGS.values()))
         result.scaling = scaling
     if in_file is not None and result.scaling not in (None, in_file):
         raise ScalesError(f"{given['scaling']} but {given['scales']} holds factors of scaling {in_file!r}; "
                           f"drop scaling= (the file's applies) or give scaling={in_file}")
     result.scaling = result.scaling or in_file
-    if result.scaling == "both" and isinstance(result.scales, float):
-        raise ScalesError(f"{given['scales']} with scaling=both is ambiguous (a position or a base factor?); "
-                          f"give {BOTH_FORMS}")
-    if result.scaling == "both" and control_points is not None:
-        raise ScalesError(f"control_points={shown(control_points)} make one curve, and scaling=both takes two "
-                          f"(position and base factors); give scales= with {BOTH_FORMS}")
+    kind = SCALINGS[result.scaling or DEFAULT]
+    if kind.paired and isinstance(result.scales, float):
+        raise ScalesError(ambiguous(given["scales"], kind))
+    if kind.paired and control_points is not None:
+        raise ScalesError(f"control_points={shown(control_points)} make one curve, and scaling={kind.name} takes "
+                          f"{_COUNTS.get(kind.per_layer, kind.per_layer)} ({' and '.join(kind.axes)} factors); "
+                          f"give scales= with {paired_forms(kind)}")
     if control_points is not None:
         given["control_points"] = f"control_points={shown(control_points)}"
         try:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lpes_harness.core.files import atomic_write_text
-from lpes_harness.core.scaling import SCALINGS, join_both, split_both
+from lpes_harness.core.scaling import AXES, DEFAULT, SCALINGS, scaling_of, with_axes
 
 FORMAT = "lpes-scales/1"
 # rope.CONFIG_KEY / CONFIG_SCALING_KEY: where rope.install keeps the scales and their scaling in a
@@ -85,7 +85,7 @@ def read_scales_and_scaling(path: str | os.PathLike) -> tuple[list[float], str |
         scaling = data.get("scaling")
         if scaling is not None and scaling not in SCALINGS:
             raise ScalesFileError(f"{path}: 'scaling' is {scaling!r}; accepted: {', '.join(SCALINGS)}")
-        base_scales = _base_scales(path, data, scaling, len(scales))
+        base_scales = _base_scales(path, data, scaling_of(scaling), len(scales))
     elif isinstance(data, list):
         scales = data
     else:
@@ -100,22 +100,23 @@ def read_scales_and_scaling(path: str | os.PathLike) -> tuple[list[float], str |
             if not _is_number(value) or value <= 0:
                 raise ScalesFileError(f"{path}: {name} {index} is {value!r}; every scale must be a finite number > 0")
     if base_scales is not None:
-        return join_both(scales, base_scales), scaling
+        return scaling_of(scaling).join(scales, base_scales), scaling
     return [float(s) for s in scales], scaling
 
 
-def _base_scales(path: Path, data: dict, scaling: str | None, num_layers: int) -> list | None:
-    """A ``both`` file's ``base_scales``, checked against its ``scales``; None in any other file."""
-    if scaling != "both":
+def _base_scales(path: Path, data: dict, scaling, num_layers: int) -> list | None:
+    """A paired (``both``) file's ``base_scales``, checked against its ``scales``; None in any other file."""
+    if not scaling.paired:
         if "base_scales" in data:
-            raise ScalesFileError(f"{path}: has 'base_scales' but its 'scaling' is {scaling or 'position'!r}; "
-                                  "base factors beside position factors belong to a file of scaling 'both'")
+            raise ScalesFileError(f"{path}: has 'base_scales' but its 'scaling' is {scaling.name!r}; base factors "
+                                  f"beside position factors belong to a file of scaling {with_axes(*AXES).name!r}")
         return None
     base_scales = data.get("base_scales")
     if not isinstance(base_scales, list):
         what = "no 'base_scales' key" if base_scales is None else f"'base_scales' {_kind(base_scales)}"
-        raise ScalesFileError(f"{path}: 'scaling' is 'both' but the file has {what}; a 'both' file holds "
-                              "'scales' (the position factors) and 'base_scales' (the base factors), one per layer")
+        raise ScalesFileError(f"{path}: 'scaling' is {scaling.name!r} but the file has {what}; a {scaling.name!r} "
+                              "file holds 'scales' (the position factors) and 'base_scales' (the base factors), one "
+                              "per layer")
     if len(base_scales) != num_layers:
         raise ScalesFileError(f"{path}: 'scales' has {num_layers} position factors but 'base_scales' "
                               f"{len(base_scales)} base factors; give one of each per decoder layer")
@@ -141,8 +142,10 @@ def write_scales_file(path: str | os.PathLike, scales: list[float], **extra: Any
 
     With ``scaling="both"``, ``scales`` is the flat list of 2L factors (positions first): the file
     holds the position factors as ``scales`` and the base factors as ``base_scales``."""
-    if extra.get("scaling") == "both":
-        positions, bases = split_both(scales)
+    # A name not in the table is written as given: reading the file refuses it.
+    kind = SCALINGS.get(extra.get("scaling") or DEFAULT)
+    if kind is not None and kind.paired:
+        positions, bases = kind.halves(scales)
         document = {"format": FORMAT, "scales": positions, "base_scales": bases, "num_layers": len(positions), **extra}
     else:
         document = {"format": FORMAT, "scales": [float(s) for s in scales], "num_layers": len(scales), **extra}

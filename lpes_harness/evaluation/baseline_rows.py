@@ -1,27 +1,16 @@
 """Baseline models as rows of a paired comparison: Ms-PoE, MoICE, Attention Buckets, any lm-eval model.
 
-A row is named on the command line as ``[NAME=]MODEL[:ARGS]`` (``Ms-PoE rank=mspoe_hf:head_mapping=rank``)
-and loaded only when the score cache lacks one of its blocks (:func:`lpes_harness.evaluation.paired.score_methods`).
+A row is named on the command line as ``[NAME=]MODEL[:ARGS]`` (``Ms-PoE rank=mspoe_hf:head_mapping=rank``),
+becomes a :class:`~lpes_harness.methods.setup.MethodSetup` of that model, and is loaded only when the
+score cache lacks one of its blocks (:func:`lpes_harness.evaluation.paired.score_methods`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from lpes_harness.methods.setup import MethodSetup
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """A comparison model by its lm-eval name and ``key=value,...`` arguments (``mspoe_hf``, ``head_mapping=rank``)."""
-
-    model: str
-    args: str = ""
-
-    @property
-    def spec(self) -> str:
-        return f"{self.model}:{self.args}" if self.args else self.model
-
-
-def parse_baseline(text: str) -> tuple[str, Baseline]:
+def parse_baseline(text: str) -> tuple[str, MethodSetup]:
     """``[NAME=]MODEL[:ARGS]`` -> (row name, baseline); the model must be a registered lm-eval model.
 
     ``Ms-PoE rank=mspoe_hf:head_mapping=rank`` names the row; without NAME the row is the spec.
@@ -43,11 +32,11 @@ def parse_baseline(text: str) -> tuple[str, Baseline]:
                          f"(e.g. mspoe_hf, buckets_hf, moice_hf)") from None
     if model == "lpes_hf":
         raise ValueError(f"--baseline {text!r}: give lpes_hf scales with --scales (or --uniform), not as a baseline")
-    baseline = Baseline(model, args)
+    baseline = MethodSetup(model, args)
     return name or baseline.spec, baseline
 
 
-def parse_baselines(texts) -> dict[str, Baseline]:
+def parse_baselines(texts) -> dict[str, MethodSetup]:
     """Every ``--baseline`` of a command line by row name (:func:`parse_baseline`); two of one name are refused."""
     baselines = dict(parse_baseline(text) for text in texts)
     if len(baselines) != len(texts):
@@ -55,7 +44,7 @@ def parse_baselines(texts) -> dict[str, Baseline]:
     return baselines
 
 
-def load_baseline_lm(baseline: Baseline, pretrained: str | None, dtype: str):
+def load_baseline_lm(baseline: MethodSetup, pretrained: str | None, dtype: str):
     """The lm-eval model of ``baseline`` on the comparison's checkpoint and dtype (its own arguments win)."""
     from lm_eval.api.registry import get_model
     from lm_eval.utils import simple_parse_args_string

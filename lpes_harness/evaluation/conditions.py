@@ -1,6 +1,6 @@
 """A condition: one position task with one set of options, as a user's inputs might come.
 
-``NAME={json}`` on the command line (``lpes-search --condition``, ``analysis.transfer --condition``):
+``NAME={json}`` on the command line (``lpes-search --condition``, ``commands.transfer --condition``):
 a name, and a JSON object of task options (``--metadata`` keys) plus two keys of its own, ``task``
 (a registered position task) and ``chat_template`` (on / off / auto). A search over several
 conditions scores every individual on the same samples of each one; a transfer table scores

@@ -1,4 +1,5 @@
-"""What the analyses share: loading the model, building prompts, writing outputs atomically.
+"""What the analyses share: loading the model, building prompts, writing outputs atomically (their
+flags: :func:`lpes_harness.commands.flags.add_prompt_inputs`).
 
 Prompts default to generated KV-retrieval contexts (no data files needed); ``--texts FILE``
 takes a JSON-lines file (a ``prompt``, ``input`` or ``text`` key per line) or a plain text
@@ -7,7 +8,6 @@ file (one prompt per line).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -17,16 +17,6 @@ from typing import Any
 from lpes_harness.core.files import atomic_write_json
 
 TEXT_KEYS = ("prompt", "input", "text")
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pretrained", default=None, help="HF id, local folder or .gguf file (default: the bundled SmolLM2)")
-    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --pretrained")
-    parser.add_argument("--texts", default=None, help="prompts: JSON lines (prompt/input/text key) or plain text, one per line")
-    parser.add_argument("--num-inputs", type=int, default=8, help="how many prompts to use (default 8)")
-    parser.add_argument("--num-pairs", type=int, default=30, help="key-value pairs per generated KV prompt (default 30)")
-    parser.add_argument("--max-tokens", type=int, default=2048, help="cut each prompt to its last N tokens (default 2048)")
-    parser.add_argument("--out", default="analysis", help="output folder (default ./analysis)")
 
 
 def kv_prompts(count: int, num_pairs: int, seed: int = 0) -> list[str]:

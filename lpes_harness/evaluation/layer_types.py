@@ -1,18 +1,6 @@
 """Which layers a curve moves, by attention type, and the curve kept on one type only (issue #29).
 
-Gemma-3 alternates five sliding-window layers (a 512-token window, RoPE base 1e4) with one
-global layer (base 1e6). A position bias over a 2k-token haystack can only be fixed where a
-layer sees the whole haystack, so the question is whether the searched curve moves the global
-layers, the sliding ones, or both, and whether scaling the global layers alone keeps the gain.
-
-    python -m lpes_harness.commands.layer_types --scales results/<run>/scales.json \\
-        --pretrained gemma3-270m --output results/<run>/layer_types
-
-writes ``layer_types.{md,json,png}`` (each type's scales and how far they move from 1) and one
-scales file per ablation, ``only_<type>.json`` (the other types' layers at 1), for
-``python -m lpes_harness.commands.paired --scales lpes=... --scales only_full_attention=...``.
-A curve of scaling both is reported half by half (position factors, base factors), and its
-ablations keep both halves on the type. Reads the model's config only (no weights).
+The command, with what it writes: :mod:`lpes_harness.commands.layer_types`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from lpes_harness.evaluation.logged_samples import KEPT_SAMPLES, RESULTS_PREFIX,
 from lpes_harness.evaluation.results_files import POSITION_SUBTASK, read_results, unmoved_layers
 from lpes_harness.evaluation.results_files import Method as ResultsMethod
 from lpes_harness.methods import METHODS, Method, rope_entry, run_of
-from lpes_harness.core.scaling import halves, uniform_factor
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 
 ROPE = METHODS["pi"].module  # LPES (every scaling) and PI are rope.py's install
 RUN_ARGS = ("pretrained", "dtype", "device", "batch_size")  # where and how a row ran, not what it set
@@ -96,7 +96,7 @@ def paired_record(path: Path) -> tuple[list[Row], list[tuple]]:
         scored = None
     if not isinstance(scored, dict) or not isinstance(scored.get("scores"), dict) or not scored["scores"]:
         raise LeaderboardError(f"{path}: no 'scored' scores; give a heldout.json of python -m lpes_harness.commands.paired")
-    scaling = scored.get("scaling", "position")
+    scaling = scored.get("scaling", DEFAULT)
     by_row = {name: {int(p): list(v) for p, v in by_position.items()} for name, by_position in scored["scores"].items()}
     first = next(iter(by_row))
     shape = {p: len(v) for p, v in by_row[first].items()}
@@ -162,7 +162,7 @@ def _results_row(method: ResultsMethod, scores: tuple[int, ...]) -> Row:
     if entry.module != ROPE:
         entry, setting, sets = baseline_row(method.model, method.model_args, where)
         return Row(method.name, entry, setting, scores, sets_parameters=sets, arguments=arguments_key(method.model_args))
-    scaling = str(method.model_args.get("scaling", "position"))
+    scaling = str(method.model_args.get("scaling", DEFAULT))
     scales = method.scales or [1.0]
     return Row(method.name, None if method.is_plain else entry, rope_setting(scales, scaling), scores, scaling)
 
@@ -198,18 +198,18 @@ def arguments_key(args: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
 
 def rope_setting(scales: Sequence[float], scaling: str) -> str:
     """What an ``lpes_hf`` row set, in words: the plain model, one factor on the layers it moved, or a curve."""
-    curves = halves(scales, scaling)
+    kind = SCALINGS[scaling]
+    curves = kind.halves(scales)
     layers, held = len(curves[0]), set(unmoved_layers(scales, scaling))
     if len(held) == layers:
         return "the plain model"
     where = "every layer" if not held else f"{layers - len(held)} of {layers} layers (the others at 1)"
-    kinds = ("position", "base") if scaling == "both" else (scaling,)
-    factor = uniform_factor(scales, scaling, held)
+    factor = kind.uniform_factor(scales, held)
     if factor is not None:
-        values = factor if scaling == "both" else (factor,)
-        return ", ".join(f"{kind} factor {value:.3g}" for kind, value in zip(kinds, values)) + f" on {where}"
+        values = factor if kind.paired else (factor,)
+        return ", ".join(f"{axis} factor {value:.3g}" for axis, value in zip(kind.axes, values)) + f" on {where}"
     moved = [[v for layer, v in enumerate(curve) if layer not in held] for curve in curves]
-    return f"a curve on {where}: " + ", ".join(f"{kind} {min(c):.2f} to {max(c):.2f}" for kind, c in zip(kinds, moved))
+    return f"a curve on {where}: " + ", ".join(f"{axis} {min(c):.2f} to {max(c):.2f}" for axis, c in zip(kind.axes, moved))
 
 
 def _binary(values: Sequence[float], where: str) -> tuple[int, ...]:

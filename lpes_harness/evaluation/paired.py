@@ -11,15 +11,15 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 
-from lpes_harness.evaluation.baseline_rows import Baseline
 from lpes_harness.core.models import choose_dtype, default_device, positive_int
-from lpes_harness.core.scaling import canonical, factors_per_layer, halves, held_per_half, identity, uniform_factor
+from lpes_harness.core.scaling import DEFAULT, SCALINGS, cache_scaling
+from lpes_harness.methods.setup import MethodSetup
 
 
 def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: Sequence[int] = (),
-                 scaling: str = "position", position_held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
-    """The comparison of a searched curve: vanilla (first: the baseline), PI (its mean, uniform),
-    the curve itself, and any extra uniform scales.
+                 scaling: str = DEFAULT, position_held_layers: Sequence[int] = ()) -> dict[str, MethodSetup]:
+    """The comparison of a searched curve, as rows of factors for the loaded ``lpes_hf``: vanilla (first:
+    the baseline), PI (its mean, uniform), the curve itself, and any extra uniform scales.
 
     ``held_layers`` (a search's ``--layer-type``: Gemma-3's sliding-window layers) stay at 1 in the
     PI and uniform rows too, which move the layers the curve could move, as the search's sweep
@@ -30,9 +30,10 @@ def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: S
     ``position_held_layers`` (``both`` only, ``--position-layer-type``) stay at 1 in the position half
     alone: PI and uniform rows move each half's own layers.
     """
-    curves = halves(scales, scaling)
+    kind = SCALINGS[scaling]
+    curves = kind.halves(scales)
     n = len(curves[0])
-    held = held_per_half(scaling, held_layers, position_held_layers)
+    held = kind.held_per_half(held_layers, position_held_layers)
     moved = [[layer for layer in range(n) if layer not in half_held] for half_held in held]
     if not all(moved):
         raise ValueError(f"every layer is held at 1 (held layers {sorted(set().union(*held))}): nothing is left to scale")
@@ -42,36 +43,40 @@ def lpes_methods(scales: Sequence[float], uniform: Sequence = (), held_layers: S
                 for value, half_held in zip(values, held) for layer in range(n)]
 
     pi = [sum(curve[layer] for layer in half_moved) / len(half_moved) for curve, half_moved in zip(curves, moved)]
-    methods = {"vanilla": identity(scaling, n), "PI": uniform_row(pi), "LPES": [float(s) for s in scales]}
-    methods.update({uniform_name(value, scaling): uniform_row(uniform_values(value, scaling)) for value in uniform})
-    return methods
+    rows = {"vanilla": kind.identity(n), "PI": uniform_row(pi), "LPES": scales}
+    rows.update({uniform_name(value, scaling): uniform_row(uniform_values(value, scaling)) for value in uniform})
+    return {name: MethodSetup.of_scales(row) for name, row in rows.items()}
 
 
 def uniform_values(value, scaling: str) -> tuple[float, ...]:
     """A uniform row's factor(s): one number, or under scaling both a ``(position, base)`` pair."""
-    if scaling != "both":
+    kind = SCALINGS[scaling]
+    if not kind.paired:
         return (float(value),)
-    if isinstance(value, (int, float, str)) or len(value) != 2:
-        raise ValueError(f"uniform {value!r}: a uniform row of scaling both is a (position, base) pair, e.g. 1.2:1 or 1:2")
-    return float(value[0]), float(value[1])
+    if isinstance(value, (int, float, str)) or len(value) != kind.per_layer:
+        raise ValueError(f"uniform {value!r}: a uniform row of scaling {scaling} is a ({', '.join(kind.axes)}) pair, "
+                         "e.g. 1.2:1 or 1:2")
+    return tuple(float(v) for v in value)
 
 
-def uniform_name(value, scaling: str = "position") -> str:
+def uniform_name(value, scaling: str = DEFAULT) -> str:
     """The row name of a uniform factor: ``uniform 1.2``; under scaling base ``uniform base 2`` (a table may
     hold a position row beside it); under scaling both ``uniform 1.2:2`` (position:base)."""
-    kind = "base " if scaling == "base" else ""
-    return f"uniform {kind}" + ":".join(f"{v:g}" for v in uniform_values(value, scaling))
+    prefix = "" if SCALINGS[scaling].moves_positions else f"{scaling} "  # a position row is the plain "uniform"
+    return f"uniform {prefix}" + ":".join(f"{v:g}" for v in uniform_values(value, scaling))
 
 
-def parse_uniform(text: str, scaling: str = "position") -> list:
+def parse_uniform(text: str, scaling: str = DEFAULT) -> list:
     """``--uniform``: ``0.8,1.2``; under scaling both ``P:B`` pairs, e.g. ``1.2:1,1:2``. Each factor > 0."""
     items = [item.strip() for item in text.split(",") if item.strip()]
+    kind = SCALINGS[scaling]
     try:
-        values = [tuple(float(v) for v in item.split(":")) if scaling == "both" else float(item) for item in items]
+        values = [tuple(float(v) for v in item.split(":")) if kind.paired else float(item) for item in items]
         for value in values:
             uniform_values(value, scaling)
     except ValueError as err:
-        form = "P:B pairs (position factor:base factor), e.g. 1.2:1,1:2" if scaling == "both" else "numbers, e.g. 0.8,1.2"
+        form = (f"{':'.join(a[0].upper() for a in kind.axes)} pairs ({':'.join(f'{a} factor' for a in kind.axes)}), "
+                "e.g. 1.2:1,1:2") if kind.paired else "numbers, e.g. 0.8,1.2"
         raise ValueError(f"--uniform {text!r}: give {form} ({err})") from None
     if any(v <= 0 for value in values for v in uniform_values(value, scaling)):
         raise ValueError(f"--uniform {text!r}: every factor must be > 0")
@@ -80,7 +85,7 @@ def parse_uniform(text: str, scaling: str = "position") -> list:
 
 def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | Sequence[str] = True,
                          uniform: Sequence = (), held_layers: Sequence[int] = (),
-                         scaling: str = "position", position_held_layers: Sequence[int] = ()) -> dict[str, list[float]]:
+                         scaling: str = DEFAULT, position_held_layers: Sequence[int] = ()) -> dict[str, MethodSetup]:
     """Vanilla, then each named curve as ``LPES <name>`` (and its ``PI <name>``): several searches on one sample set.
 
     ``with_pi``: every curve gets its PI row (True), none (False), or only the named curves.
@@ -93,25 +98,26 @@ def several_lpes_methods(curves: Mapping[str, Sequence[float]], with_pi: bool | 
     size = len(next(iter(curves.values())))
     if any(len(c) != size for c in curves.values()):
         raise ValueError(f"the curves have different numbers of layers: { {k: len(c) for k, c in curves.items()} }")
-    n = size // factors_per_layer(scaling)
+    kind = SCALINGS[scaling]
+    n = size // kind.per_layer
     if any(not 0 <= layer < n for layer in (*held_layers, *position_held_layers)):
         raise ValueError(f"held layers {sorted({*held_layers, *position_held_layers})} are not all among the "
                          f"curves' {n} layers")
     held = {"held_layers": held_layers, "scaling": scaling, "position_held_layers": position_held_layers}
-    flat = {name: uniform_factor(scales, scaling, held_layers, position_held_layers) for name, scales in curves.items()}
+    flat = {name: kind.uniform_factor(scales, held_layers, position_held_layers) for name, scales in curves.items()}
     if len(curves) == 1 and pi_for and flat[next(iter(curves))] is None:
         return lpes_methods(next(iter(curves.values())), uniform, **held)
-    methods = {"vanilla": identity(scaling, n)}
+    methods = {"vanilla": MethodSetup.of_scales(kind.identity(n))}
     for name, scales in curves.items():
         single = lpes_methods(scales, **held)
         suffix = "" if name == "LPES" else f" {name}"  # one unnamed curve: plain "LPES", not "LPES LPES"
         if flat[name] is not None:  # a search whose best was a uniform factor: that is PI, not LPES
-            methods[f"{uniform_name(flat[name], scaling)} (PI){suffix}"] = list(scales)
+            methods[f"{uniform_name(flat[name], scaling)} (PI){suffix}"] = MethodSetup.of_scales(scales)
             continue
         if name in pi_for:
             methods[f"PI{suffix}"] = single["PI"]
-        methods[f"LPES{suffix}"] = list(scales)
-    methods.update({name: row for name, row in lpes_methods(identity(scaling, n), uniform, **held).items()
+        methods[f"LPES{suffix}"] = MethodSetup.of_scales(scales)
+    methods.update({name: row for name, row in lpes_methods(kind.identity(n), uniform, **held).items()
                     if name.startswith("uniform ")})
     return methods
 
@@ -121,18 +127,18 @@ CACHE_FILE = "scores.cache.json"
 
 
 def cache_identity(task: str, metadata, chat_template: str, pretrained: str | None, dtype: str,
-                   scaling: str = "position") -> dict:
+                   scaling: str = DEFAULT) -> dict:
     """What held-out scores depend on, as a :class:`ScoreCache` records it. The search's own
     held-out table and this command build it alike, so either reuses the other's scores.
 
     Scores are keyed by scales, which mean other RoPEs under ``scaling="base"``: such a cache says so
     (and is refused by a position run); position caches keep their old identity, and share it with
-    ``both`` runs, whose keys are the factors' canonical form (:func:`lpes_harness.core.scaling.canonical`:
+    ``both`` runs, whose keys are the factors' canonical form (:meth:`lpes_harness.core.scaling.Scaling.canonical`:
     a both curve with base factors 1 is keyed as its position curve, the very same model)."""
     identity = {"task": task, "split": "heldout", "metadata": dict(metadata or {}), "chat_template": chat_template,
                 "mode": "greedy", "pretrained": pretrained, "dtype": dtype}
-    if scaling == "base":  # a both curve is keyed by its factors' canonical form, which position curves share
-        identity["scaling"] = scaling
+    if cache_scaling(scaling):  # a both curve is keyed by its factors' canonical form, which position curves share
+        identity["scaling"] = cache_scaling(scaling)
     return identity
 
 
@@ -160,10 +166,11 @@ def sample_bar(total: int, disable: bool | None = None):
         bar.close()
 
 
-def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_samples: int, split: str = "heldout",
+def score_methods(lm, task: str, methods: Mapping[str, MethodSetup], *, num_samples: int, split: str = "heldout",
                   metadata=None, chat_template=None, mode: str = "greedy", progress=None, cache=None,
-                  baselines: Mapping[str, Baseline] | None = None, load_baseline=None, batch_size=1) -> dict:
-    """Per-sample scores of each method at each gold position: {method: {percent: [0/1, ...]}}.
+                  load_baseline=None, batch_size=1) -> dict:
+    """Per-sample scores of each row at each gold position: {row name: {percent: [0/1, ...]}}, in
+    the order of ``methods`` (row name -> :class:`~lpes_harness.methods.setup.MethodSetup`).
 
     ``cache`` (a :class:`ScoreCache`) keeps the scores every :data:`CHUNK` samples: a killed run
     resumes where it stopped, and a later run on the same samples reuses what it shares
@@ -171,8 +178,8 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     new ones: held-out samples are numbered, so 200 begin with the earlier 100.
     ``progress(name, percent, count)`` is told of every ``count`` samples done, cached ones included.
 
-    ``baselines`` (rows after the scaled methods) are other lm-eval models, loaded one at a
-    time by ``load_baseline(baseline)`` only when a block is missing. They are scored on the
+    A row of scales is set on ``lm`` (the loaded ``lpes_hf``), in place. A row of another lm-eval model
+    (a baseline) is loaded by ``load_baseline(setup)``, one at a time, only when a block is missing. It is scored on the
     very same prompts (the scorer is shared, only its model changes) through lm-eval's own
     ``loglikelihood``: the path ``lm_eval --model mspoe_hf`` takes, which the fast shared-prefix
     scorer of ``lpes_hf`` is tested to agree with.
@@ -188,20 +195,21 @@ def score_methods(lm, task: str, methods: Mapping[str, Sequence[float]], *, num_
     previous = list(lm.scales)
     scores: dict[str, dict[int, list[float]]] = {}
     try:
-        for name, scales in methods.items():
-            lm.set_scales(list(scales))
-            key = canonical(scales, lm.scaling)  # a both curve with base factors 1 is its position curve
-            scores[name] = _fill(scorer, key, percents, cache, functools.partial(report, name), chunk)
+        for name, setup in methods.items():
+            done = functools.partial(report, name)
+            if not setup.is_scaled:
+                with _scored_by(scorer, setup, percents, cache, load_baseline):
+                    scores[name] = _fill(scorer, setup.spec, percents, cache, done, chunk)
+                continue
+            lm.set_scales(list(setup.scales))
+            key = SCALINGS[lm.scaling].canonical(setup.scales)  # a both curve with base factors 1 is its position curve
+            scores[name] = _fill(scorer, key, percents, cache, done, chunk)
     finally:
         lm.set_scales(previous)
-    for name, baseline in (baselines or {}).items():
-        with _scored_by(scorer, baseline, percents, cache, load_baseline):
-            scores[name] = _fill(scorer, baseline.spec, percents, cache, functools.partial(report, name), chunk)
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
-        "methods": {**{name: list(s) for name, s in methods.items()},
-                    **{name: b.spec for name, b in (baselines or {}).items()}},
+        "methods": {name: setup.recorded for name, setup in methods.items()},
         "scores": scores,
     }  # fmt: skip
 
@@ -231,7 +239,7 @@ def _fill(scorer, method, percents, cache, report, chunk: int = CHUNK) -> dict[i
 
 
 @contextlib.contextmanager
-def _scored_by(scorer, baseline: Baseline, percents, cache, load_baseline):
+def _scored_by(scorer, baseline: MethodSetup, percents, cache, load_baseline):
     """The shared scorer with ``baseline``'s model in place of the scaled one, through lm-eval's
     ``loglikelihood``; not loaded at all (25 s for the bundled model) when the cache has every block."""
     if cache is not None and all(len(cache.get(baseline.spec, p, scorer.docs[p])) >= len(scorer.docs[p])

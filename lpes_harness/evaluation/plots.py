@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.core.files import save_figure
+from lpes_harness.core.scaling import AXES, DEFAULT, SCALINGS, axis_label
 
 
 def _figure(*args, **kwargs):
@@ -28,7 +29,7 @@ def _save_figure(figure, path: Path) -> None:
 
 
 def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None,
-               scaling: str = "position") -> None:
+               scaling: str = DEFAULT) -> None:
     """The curve, its control points and each layer's scale (``scaling``: what the scales multiply).
 
     Scaling both (a spec with a base curve): two panels, the position curve over the base curve.
@@ -38,22 +39,22 @@ def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[f
         top, bottom = figure.subplots(2, 1, sharex=True)
         half_scales = (scales[:spec.num_layers], scales[spec.num_layers:])
         halves_points = spec.split(genome) if genome is not None else (None, None)
-        for axes, half, points, values, kind in zip((top, bottom), spec.halves(), halves_points, half_scales,
-                                                     ("position", "base")):
-            _draw_curve(axes, half, points, values, kind)
+        for axes, half, points, values, axis in zip((top, bottom), spec.halves(), halves_points, half_scales,
+                                                     SCALINGS[scaling].axes):
+            _draw_curve(axes, half, points, values, axis)
         top.set_xlabel("")
         top.set_title(title or "scaling both: each layer's position factor and RoPE base factor", fontsize=10)
     else:
         figure = _figure(figsize=(7, 4))
         axes = figure.add_subplot()
-        _draw_curve(axes, spec, genome, scales, scaling)
+        _draw_curve(axes, spec, genome, scales, SCALINGS[scaling].axes[0])
         if title:
             axes.set_title(title, fontsize=10)
     _save_figure(figure, Path(path))
 
 
-def _draw_curve(axes, spec, genome, scales, scaling: str) -> None:
-    """One curve of :func:`plot_curve` on ``axes``."""
+def _draw_curve(axes, spec, genome, scales, axis: str) -> None:
+    """One curve of :func:`plot_curve` on ``axes``; ``axis``: what its factors multiply (position, base)."""
     import numpy as np
 
     from lpes_harness.core.curves import bezier_eval, layer_positions
@@ -80,7 +81,7 @@ def _draw_curve(axes, spec, genome, scales, scaling: str) -> None:
         axes.set_xlabel("layer")
     else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
         axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
-    axes.set_ylabel("RoPE base factor s (base s·θ)" if scaling == "base" else "position scale s")
+    axes.set_ylabel(axis_label(axis))
     axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
@@ -142,9 +143,12 @@ def plot_uniform_points(points: Sequence[Mapping], path, chosen: str | None = No
     """Fitness against a uniform factor, one line per kind (position, base); raced-out points hollow."""
     figure = _figure(figsize=(5.6, 3.6))
     axes = figure.add_subplot()
-    kinds = list(dict.fromkeys(p.get("kind", "position") for p in points))
+    def kind_of(point: Mapping) -> str:
+        return point.get("kind", AXES[0])  # a point that names no kind moved positions
+
+    kinds = list(dict.fromkeys(kind_of(p) for p in points))
     for k, kind in enumerate(kinds):
-        mine = sorted((p for p in points if p.get("kind", "position") == kind), key=lambda p: p["value"])
+        mine = sorted((p for p in points if kind_of(p) == kind), key=lambda p: p["value"])
         complete = [p for p in mine if not (p.get("info") or {}).get("raced")]
         raced = [p for p in mine if (p.get("info") or {}).get("raced")]
         axes.plot([p["value"] for p in complete], [p["fitness"] for p in complete], "o-", color=f"C{k}",

@@ -1,15 +1,6 @@
 """Rows of several held-out tables pooled into one paired test: "does the curve help over all conditions?".
 
-    python -m lpes_harness.commands.pooled results/robust_smollm2_heldout/{1x_length,16_needles,2x_length,180_sentences} \\
-        --against vanilla --against 'uniform 1:0.75 (PI) robust-uniform' --row 'LPES robust'
-
-Each argument is a folder (or its ``heldout.json``) written by ``analysis.paired`` or
-``analysis.transfer``: one condition, every row scored on the same samples. A row is pooled over
-every position of every table, sample by sample against another row of the same tables, so the
-test stays paired (exact McNemar on all discordant samples, the Wald interval of the
-difference). Tables of the same samples (same task, split and options) are refused: pooling
-them would count a sample twice and shrink the interval for nothing. A row missing from a table
-is refused too, rather than pooled over fewer conditions than the command names.
+The command, with what it writes: :mod:`lpes_harness.commands.pooled`.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ def load_table(path: str | Path) -> dict:
     path = Path(path)
     path = path / "heldout.json" if path.is_dir() else path
     if not path.is_file():
-        raise ValueError(f"{path}: no heldout.json there (write one with analysis.paired or analysis.transfer)")
+        raise ValueError(f"{path}: no heldout.json there (write one with commands.paired or commands.transfer)")
     scored = json.loads(path.read_text(encoding="utf-8")).get("scored")
     if not isinstance(scored, Mapping) or not isinstance(scored.get("scores"), Mapping):
         raise ValueError(f"{path}: not a held-out table (no per-sample 'scored.scores')")

@@ -21,7 +21,7 @@ from lpes_harness.methods import Method as TableMethod
 from lpes_harness.core.arg_values import parse_bool
 from lpes_harness.methods import METHODS, rope_entry, run_of
 from lpes_harness.core.named_path import split_named_path
-from lpes_harness.core.scaling import halves
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 from lpes_harness.tasks.suites.multiple_choice import SUITES
 
 POSITION_SUBTASK = re.compile(r"^(?P<group>.+)_pos(?P<percent>\d+)$")
@@ -129,7 +129,7 @@ class Method:
         results file records its factors; None for any other run."""
         if entry is None or entry.module != METHODS["pi"].module or not self.scales:
             return None
-        return str(self.model_args.get("scaling", "position"))
+        return str(self.model_args.get("scaling", DEFAULT))
 
     def add(self, data: Mapping[str, Any], file: Path | None = None) -> None:
         """Merge one results file. A task an earlier file of this method also scored is one task run in
@@ -294,7 +294,7 @@ def group_weighting(data: Mapping[str, Any], group: str, subtasks: Sequence[str]
 def unmoved_layers(scales: Sequence[float], scaling: str) -> tuple[int, ...]:
     """The layers whose every factor is 1 (under scaling both, both of its factors): a ``layer_type``
     run's held layers, as far as its results file tells (it does not list the layer types)."""
-    curves = halves(scales, scaling)
+    curves = SCALINGS[scaling].halves(scales)
     return tuple(layer for layer in range(len(curves[0])) if all(curve[layer] == 1.0 for curve in curves))
 
 

@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lpes_harness.core.scaling import SCALINGS, cache_scaling
+
 
 class ScoreCache:
     """Scored samples on disk, keyed by the scales (rounded) and the gold position.
@@ -30,9 +32,10 @@ class ScoreCache:
             # still the first ones of the split, which the rest of the identity pins down.
             identity_saved.pop("num_samples", None)
             blocks = saved.get("blocks", {})
-            if identity_saved.get("scaling") == "both":  # written before both curves were keyed canonically
+            recorded = identity_saved.get("scaling")
+            if recorded is not None and cache_scaling(recorded) is None:  # both, before it was keyed canonically
                 del identity_saved["scaling"]
-                blocks = {_canonical_key(key): block for key, block in blocks.items()}
+                blocks = {_canonical_key(key, recorded): block for key, block in blocks.items()}
             if identity_saved != self.identity:
                 raise ValueError(f"{self.path} holds scores of other samples or another model "
                                  f"({identity_saved} != {self.identity}); remove it or choose another --output")
@@ -138,9 +141,8 @@ def _means_one_model(key: str) -> bool:
     return not isinstance(scales, list) or all(float(s) == 1.0 for s in scales)
 
 
-def _canonical_key(key: str) -> str:
-    """A key of a both curve in its canonical form (:func:`lpes_harness.core.scaling.canonical`)."""
-    from lpes_harness.core.scaling import canonical
+def _canonical_key(key: str, scaling: str) -> str:
+    """A key of a ``scaling`` (both) curve in its canonical form (:meth:`lpes_harness.core.scaling.Scaling.canonical`)."""
 
     scales, at, percent = key.rpartition("@")
     try:
@@ -149,5 +151,5 @@ def _canonical_key(key: str) -> str:
         return key
     if not isinstance(values, list):
         return key  # a baseline's spec
-    return json.dumps([round(float(s), 6) for s in canonical(values, "both")]) + f"@{percent}"
+    return json.dumps([round(float(s), 6) for s in SCALINGS[scaling].canonical(values)]) + f"@{percent}"
 

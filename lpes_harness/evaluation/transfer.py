@@ -1,19 +1,6 @@
 """Does a searched curve help on inputs its search never saw? One table over several conditions.
 
-    python -m lpes_harness.commands.transfer --scales reference=results/.../scales.json \\
-        --condition '2x length={"num_sentences": 120}' --condition 'no chat template={"chat_template": "off"}' \\
-        --condition 'needle={"task": "needle"}' --num-samples 100 --seed 20261125 --output results/transfer
-
-A condition (:mod:`lpes_harness.evaluation.conditions`) is a name and a JSON object of task options
-(``--metadata`` keys), plus two keys of its own: ``task`` (another registered position task;
-default multi_needle) and ``chat_template`` (on / off / auto). For each condition, vanilla, every curve and every
-``--baseline`` model (Attention Buckets, Ms-PoE, MoICE, ...) are scored on the same held-out samples (``analysis.paired``, in ``OUTPUT/<condition>/``, resumable there),
-and the table gives, per condition and curve, the average with its 95 % interval, the paired
-difference from vanilla with its 95 % interval, gained / lost samples, the exact McNemar p,
-and the worst position before and after; with several conditions, ``OUTPUT/pooled.{md,json}``
-pools each curve over all of them against vanilla (:mod:`lpes_harness.evaluation.pooled`). ``--seed``
-sets the samples' metadata seed, so that they are drawn fresh (no search used it). No new search:
-the curves are applied as they are.
+The command, with what it writes: :mod:`lpes_harness.commands.transfer`.
 """
 
 from __future__ import annotations
@@ -27,7 +14,7 @@ from lpes_harness.evaluation.stats import format_p, paired_difference_interval
 
 def paired_argv(options: Mapping, scales: Sequence[str], *, num_samples: int, seed: int | None, dtype: str | None,
                 pretrained: str | None, output: Path, batch_size="1", baselines: Sequence[str] = ()) -> list[str]:
-    """The ``analysis.paired`` command line of one condition."""
+    """The ``commands.paired`` command line of one condition."""
     metadata = task_metadata(options)
     if seed is not None:
         metadata.setdefault("seed", seed)

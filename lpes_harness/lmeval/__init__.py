@@ -15,12 +15,15 @@
   one KV cache (``lpes_hf prefix_cache=true``; L-Eval's questions of one document).
 - :mod:`.hflm`: what our HFLM subclasses override of HFLM (and `loglikelihood` with logits only at the answers).
 - :mod:`.method_lm`: a method of the table (:data:`lpes_harness.methods.METHODS`) as an lm-eval
-  model, HFLM then the method's ``install``; :mod:`.method_models`: the methods that need more of HFLM.
+  model, HFLM then the method's ``install``: ``MethodLM``, the one class every lm-eval model of ours
+  subclasses; :mod:`.lpes_lm` (``lpes_hf``: LPES and PI) and :mod:`.method_models` (the methods
+  that need more of HFLM) are its subclasses.
 - :mod:`.contract`: the lm-eval internals all of the above assume, checked by
   ``tests/test_lmeval_contract.py`` against the pinned version.
 
 Cheap to import: nothing here imports lm-eval, torch or transformers at module level, but the
-lm-eval model classes (:mod:`.method_lm`, :mod:`.method_models`), which lm-eval loads lazily by name.
+lm-eval model classes (:mod:`.method_lm`, :mod:`.lpes_lm`, :mod:`.method_models`), which lm-eval loads
+lazily by name.
 """
 
 # The lm-eval version these modules were written against (pyproject pins it).

@@ -38,53 +38,48 @@ import logging
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from lpes_harness.core import rope
 from lpes_harness.core.arg_values import parse_bool
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin
+from lpes_harness.lmeval.method_lm import MethodLM
 from lpes_harness.lmeval.prefix_generation import generate_sharing_prefixes, why_not_shared
-from lpes_harness.core.models import config_layer_types, hflm_model_args, output_layer, resolve_pretrained
+from lpes_harness.core.models import config_layer_types, output_layer, resolve_pretrained
 from lpes_harness.core.scales_args import parse_scales_args
-from lpes_harness.core.scaling import identity
+from lpes_harness.core.scaling import SCALINGS
 
 logger = logging.getLogger(__name__)
 
 
-@register_model("lpes_hf")
-class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
-    """HFLM whose decoder layers each see positions divided by their own scale."""
+class LPESLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
+    """HFLM whose decoder layers each see positions divided by their own scale.
 
-    def __init__(
-        self,
-        pretrained: Any = None,
-        scales: Any = None,
-        control_points: Any = None,
-        curve: str | None = None,
-        pi: bool = False,
-        layer_type: str | None = None,
-        scaling: str | None = None,
-        answer_logits: Any = False,
-        prefix_cache: Any = False,
-        gguf_file: str | None = None,
-        device: str | None = None,
-        **kwargs,
-    ) -> None:
-        # Check everything that needs no model before the (slow) model load; a scales file is
-        # read here, once. The same checks run from lm_eval's command line (_startup.py).
+    The table's LPES, LPES base, LPES both and PI entries all run here (``scaling=``, ``pi=true``);
+    its ``--model_args`` are a curve's (scales file, numbers or control points), not ``install``'s."""
+
+    method = "lpes"
+
+    def before_load(self, load: dict, *, scales: Any = None, control_points: Any = None, curve: str | None = None,
+                    pi: bool = False, layer_type: str | None = None, scaling: str | None = None,
+                    answer_logits: Any = False, prefix_cache: Any = False):
+        # Everything that needs no model, checked before the (slow) model load; a scales file is
+        # read here, once. The same checks run from lm_eval's command line (registration.py).
         args = parse_scales_args(scales, control_points, curve, pi, layer_type, scaling)
         self.lpes_answer_logits = parse_bool("answer_logits", answer_logits)
         self.lpes_prefix_cache = parse_bool("prefix_cache", prefix_cache)
-        if self.lpes_prefix_cache and str(kwargs.get("batch_size", 1)) != "1":
+        if self.lpes_prefix_cache and str(load.get("batch_size", 1)) != "1":
             raise ValueError(f"prefix_cache=true shares one KV cache between prompts run one at a time: "
-                             f"it needs batch_size 1, got {kwargs.get('batch_size')!r}")
-        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
+                             f"it needs batch_size 1, got {load.get('batch_size')!r}")
+        return args, load
+
+    def after_load(self, prepared) -> None:
+        args, load = prepared
+        pretrained, gguf_file = load["pretrained"], load["gguf_file"]
         # Which model this is, for fingerprints: the GGUF it came from, not the cache folder it loads from.
         source = resolve_pretrained(pretrained, gguf_file) if isinstance(pretrained, str) or pretrained is None \
             else (None, gguf_file)
-        self.lpes_source = {"pretrained": source[0], "gguf_file": source[1], "revision": kwargs.get("revision")}
-        super().__init__(**model_args, **kwargs)
+        self.lpes_source = {"pretrained": source[0], "gguf_file": source[1], "revision": load.get("revision")}
         n_layers = rope.num_layers(self.model)  # also: a clear error for models without RoPE
         saved = rope.saved_scales(self.model.config)
         layer_types = config_layer_types(self.model.config) if args.layer_type else None
@@ -94,7 +89,7 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         if layer_scales is None:
             # Scales saved with the model (save_pretrained), else identity: both let a
             # search change them in place later with set_scales.
-            layer_scales = saved or identity(scaling, n_layers)
+            layer_scales = saved or SCALINGS[scaling].identity(n_layers)
         rope.install(self.model, layer_scales, scaling=scaling)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
@@ -135,8 +130,5 @@ class LPESLM(AnswerLogitsLoglikelihoodMixin, HFLM):
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
 
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["lpes_scales"] = self.scales
-        info["lpes_scaling"] = self.scaling
-        return info
+    def method_info(self) -> dict:
+        return {"lpes_scales": self.scales, "lpes_scaling": self.scaling}

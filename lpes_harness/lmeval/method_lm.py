@@ -1,12 +1,21 @@
-"""A method of the table as an lm-eval model: HFLM loads the model, then the method's ``install``.
+"""Every method of the table as an lm-eval model: HFLM loads the model, then the method is installed.
 
-:class:`MethodLM` runs any entry of :data:`lpes_harness.methods.METHODS`: a subclass names its
-entry (``method = "mspoe"``) and gets, as ``--model_args``, HFLM's arguments and the keyword
-arguments of the method's ``install`` (its ``__init__`` signature lists them, for lm-eval's users
-and the baseline tuner's check of a grid's names). The method's ``check_arguments``, where it has
-one, sees them before the (slow) model load; its ``settings(model)`` go into lm-eval's model info
-under the entry's name. A subclass adds what its method needs of HFLM beyond that (its own
-``loglikelihood`` or decoding loop: :mod:`.method_models`).
+:class:`MethodLM` is the one lm-eval model class: every entry of :data:`lpes_harness.methods.METHODS`
+runs as a subclass of it (LPES's ``lpes_hf`` included: :mod:`.lpes_lm`). A subclass names its entry
+(``method = "mspoe"``) and gets, as ``--model_args``, HFLM's arguments and the method's own (its
+``__init__`` signature lists them, for lm-eval's users and the baseline tuner's check of a grid's
+names). Two hooks are all a subclass may change of the loading:
+
+- :meth:`MethodLM.before_load`: the method's arguments checked before the (slow) model load; by
+  default the entry's ``check_arguments``, where it has one, and its arguments are its ``install``'s.
+  A subclass whose method needs other arguments (a setting file, a curve of scales) names them as the
+  hook's keyword-only parameters;
+- :meth:`MethodLM.after_load`: the method installed on the loaded model (default: the entry's
+  ``install`` with the entry's ``install_args``);
+
+and :meth:`MethodLM.method_info` is what lm-eval's model info records (default: the entry's
+``settings(model)`` under its name). Beyond that a subclass adds what its method needs of HFLM
+(its own ``loglikelihood`` or decoding loop: :mod:`.method_models`).
 
 An entry with no class of its own (``lm_class`` None) is run by :class:`MethodLM` bound to it,
 :data:`BOUND`\\ ``.<name>``: the attribute path its lazy lm-eval registry entry names
@@ -38,35 +47,53 @@ class MethodLM(HFLM):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if cls.method and "__init__" not in vars(cls):
-            cls.__init__ = _signed_init(cls.method)
+            cls.__init__ = _signed_init(cls)
 
     def __init__(self, pretrained: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        entry = METHODS[self.method]
-        module = entry.load()
-        own = {p.name for p in install_arguments(self.method)}
+        own = {p.name for p in self.method_arguments()}
         arguments = {name: kwargs.pop(name) for name in list(kwargs) if name in own}
-        check = getattr(module, "check_arguments", None)
-        if check is not None:
-            check(**arguments)  # what needs no model, before the (slow) model load
+        load = {"pretrained": pretrained, "gguf_file": gguf_file, "device": device, **kwargs}
+        prepared = self.before_load(load, **arguments)  # what needs no model, before the (slow) model load
         super().__init__(**hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype")), **kwargs)
-        module.install(self.model, **{**entry.install_args, **arguments})
+        self.after_load(prepared)
+
+    @classmethod
+    def method_arguments(cls) -> list[inspect.Parameter]:
+        """The method's own ``--model_args``: :meth:`before_load`'s keyword-only parameters where a
+        subclass names them, else the keyword arguments of the entry's ``install``."""
+        named = [p for p in inspect.signature(cls.before_load).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        return named or install_arguments(cls.method)
+
+    def before_load(self, load: dict, **arguments) -> Any:
+        """The method's arguments checked before the model loads; returns what :meth:`after_load` installs.
+        ``load``: the HFLM arguments the model is about to load with (``pretrained``, ``batch_size``, ...)."""
+        check = getattr(METHODS[self.method].load(), "check_arguments", None)
+        if check is not None:
+            check(**arguments)
+        return arguments
+
+    def after_load(self, prepared: Any) -> None:
+        """The method installed on ``self.model``, from what :meth:`before_load` returned."""
+        entry = METHODS[self.method]
+        entry.load().install(self.model, **{**entry.install_args, **prepared})
+
+    def method_info(self) -> dict:
+        """What lm-eval's model info records of the method: the entry's ``settings(model)``, under its name."""
+        settings = getattr(METHODS[self.method].load(), "settings", None)
+        return {} if settings is None else {self.method: settings(self.model)}
 
     def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        settings = getattr(METHODS[self.method].load(), "settings", None)
-        if settings is not None:
-            info[self.method] = settings(self.model)
-        return info
+        return {**super().get_model_info(), **self.method_info()}
 
 
-def _signed_init(name: str):
-    """``MethodLM.__init__`` whose signature names entry ``name``'s ``install`` arguments."""
+def _signed_init(cls: type[MethodLM]):
+    """``MethodLM.__init__`` whose signature names ``cls``'s own arguments (:meth:`MethodLM.method_arguments`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         MethodLM.__init__(self, *args, **kwargs)
 
     base = list(inspect.signature(MethodLM.__init__).parameters.values())
-    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in install_arguments(name)]
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in cls.method_arguments()]
     __init__.__signature__ = inspect.Signature([*base[:-1], *own, base[-1]])
     return __init__
 

@@ -9,11 +9,12 @@
 - ``fitm_hf`` (:class:`FitMLM`): the dummy span's tokens, K dummy copies beside every input,
   the answer's first column, and its own greedy decoding loop.
 
-Ms-PoE's and Buckets' are :class:`~.method_lm.MethodLM` for their entry of
-:data:`lpes_harness.methods.METHODS` (``--model_args``: HFLM's and the ``install``'s) plus what
-they override; the rivals' install depends on what HFLM loaded (a setting file checked against
-the model, the dummy span's tokens), so they are HFLM subclasses of their own. The methods themselves
-(install, remove, their forwards and decoding) are :mod:`lpes_harness.methods`' modules.
+Each is :class:`~.method_lm.MethodLM` for its entry of :data:`lpes_harness.methods.METHODS`
+(``--model_args``: HFLM's and the method's) plus what it overrides. Ms-PoE's and Buckets' arguments
+are their ``install``'s; the rivals' install depends on what HFLM loaded (a setting file checked
+against the model, the dummy span's tokens), so they fill MethodLM's two hooks: ``before_load``
+checks their own arguments, ``after_load`` installs. The methods themselves (install, remove, their
+forwards and decoding) are :mod:`lpes_harness.methods`' modules.
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lm_eval.api.registry import register_model
-from lm_eval.models.huggingface import HFLM
 from lm_eval.models.utils_hf import stop_sequences_criteria
 
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPaddedRowsMixin
 from lpes_harness.lmeval.method_lm import MethodLM
 from lpes_harness.methods import buckets, fitm, mspoe, poshidden
 from lpes_harness.methods.arguments import MethodError
-from lpes_harness.core.models import hflm_model_args
 
 
 def _greedy_only(name: str, generation_kwargs: dict) -> None:
@@ -40,7 +38,6 @@ def _greedy_only(name: str, generation_kwargs: dict) -> None:
         )
 
 
-@register_model("mspoe_hf")
 class MsPoELM(RightPaddedRowsMixin, MethodLM):
     """HFLM whose attention heads each see positions divided by their own ratio (Ms-PoE)."""
 
@@ -59,7 +56,6 @@ class MsPoELM(RightPaddedRowsMixin, MethodLM):
         return super()._model_generate(context, max_length, stop, **generation_kwargs)
 
 
-@register_model("buckets_hf")
 class BucketsLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
     """HFLM running K RoPE bases in parallel and merging their logits (Attention Buckets).
 
@@ -89,8 +85,7 @@ class BucketsLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
                                     pad_token_id=self.tokenizer.pad_token_id)
 
 
-@register_model("poshidden_hf")
-class PosHiddenLM(RightPaddedRowsMixin, HFLM):
+class PosHiddenLM(RightPaddedRowsMixin, MethodLM):
     """HFLM with positional hidden-state scaling.
 
     ``--model_args``: ``setting=<file>`` (from ``poshidden_channel``: channels, layers, factor),
@@ -98,14 +93,16 @@ class PosHiddenLM(RightPaddedRowsMixin, HFLM):
     ``layers`` (``10:25`` or ``10;11;12``; default: the file's, else the middle band); every HFLM argument.
     """
 
-    def __init__(self, pretrained: Any = None, setting: str | None = None, channels: Any = None, factor: Any = None,
-                 layers: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
-        resolved = poshidden.resolve_arguments(setting, channels, factor, layers)  # before the (slow) model load
-        super().__init__(**model_args, **kwargs)
+    method = "poshidden"
+
+    def before_load(self, load: dict, *, setting: str | None = None, channels: Any = None, factor: Any = None,
+                    layers: Any = None) -> dict:
+        return poshidden.resolve_arguments(setting, channels, factor, layers)
+
+    def after_load(self, resolved: dict) -> None:
         self._poshidden = resolved
         if resolved["channels"] is not None:
-            poshidden.check_setting_shape(self.model, resolved["expect"], setting)
+            poshidden.check_setting_shape(self.model, resolved["expect"], resolved["setting"])
             poshidden.install(self.model, resolved["channels"], resolved["factor"], resolved["layers"])
 
     def _model_call(self, inps, attn_mask=None, labels=None):
@@ -118,18 +115,15 @@ class PosHiddenLM(RightPaddedRowsMixin, HFLM):
         finally:
             state.query_start = None
 
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
+    def method_info(self) -> dict:
         state = poshidden.SLOT.find(self.model)
-        info["poshidden"] = (
+        return {"poshidden": (
             {"channels": state.channels, "factor": state.factor, "layers": state.layers, "setting": self._poshidden["setting"]}
             if state is not None else {"factor": 1.0, "plain": True}
-        )
-        return info
+        )}
 
 
-@register_model("fitm_hf")
-class FitMLM(RightPaddedRowsMixin, HFLM):
+class FitMLM(RightPaddedRowsMixin, MethodLM):
     """HFLM with Found-in-the-Middle attention calibration.
 
     ``--model_args``: ``strength`` (default 1; 0 is the plain model), ``temperature`` (5e-5),
@@ -138,20 +132,23 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
     every HFLM argument.
     """
 
-    def __init__(self, pretrained: Any = None, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
-                 region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, spans_per_copy: Any = 1,
-                 gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        model_args = hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype"))
+    method = "fitm"
+
+    def before_load(self, load: dict, *, strength: Any = 1.0, temperature: Any = 5e-5, num_spans: Any = 10,
+                    region: Any = None, layers: Any = None, dummy: str = fitm.DUMMY_TEXT, spans_per_copy: Any = 1) -> dict:
         strength, temperature, num_spans, region, spans_per_copy = fitm.check_arguments(
             strength, temperature, num_spans, region, spans_per_copy, layers)
-        if not str(dummy).strip():  # all checked before the (slow) model load
+        if not str(dummy).strip():
             raise MethodError(f"fitm_hf: dummy={dummy!r} is empty; give the dummy span's text")
-        super().__init__(**model_args, **kwargs)
-        self._fitm = {"strength": strength, "temperature": temperature, "num_spans": num_spans, "region": region,
-                      "layers": layers, "dummy": dummy, "spans_per_copy": spans_per_copy}
-        if strength != fitm.STRENGTH.identity:
-            dummy_ids = self.tokenizer(str(dummy), add_special_tokens=False)["input_ids"]
-            fitm.install(self.model, strength, temperature, num_spans, region, layers, dummy_ids, spans_per_copy)
+        return {"strength": strength, "temperature": temperature, "num_spans": num_spans, "region": region,
+                "layers": layers, "dummy": dummy, "spans_per_copy": spans_per_copy}
+
+    def after_load(self, checked: dict) -> None:
+        self._fitm = checked
+        if checked["strength"] != fitm.STRENGTH.identity:  # the dummy span's tokens need the loaded tokenizer
+            dummy_ids = self.tokenizer(str(checked["dummy"]), add_special_tokens=False)["input_ids"]
+            fitm.install(self.model, checked["strength"], checked["temperature"], checked["num_spans"],
+                         checked["region"], checked["layers"], dummy_ids, checked["spans_per_copy"])
 
     def _installed(self) -> bool:
         return fitm.SLOT.find(self.model) is not None
@@ -172,7 +169,5 @@ class FitMLM(RightPaddedRowsMixin, HFLM):
                                  max_length=max_length, stopping_criteria=criteria,
                                  pad_token_id=self.tokenizer.pad_token_id)
 
-    def get_model_info(self) -> dict:
-        info = super().get_model_info()
-        info["fitm"] = dict(self._fitm, region=list(self._fitm["region"]))
-        return info
+    def method_info(self) -> dict:
+        return {"fitm": dict(self._fitm, region=list(self._fitm["region"]))}

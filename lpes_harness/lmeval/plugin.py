@@ -1,4 +1,4 @@
-"""Registration with lm-eval, and the ``lpes-eval`` console script.
+"""What ``lpes-eval`` registers with lm-eval, and the harness's part of its ``--help``.
 
 The command: :mod:`lpes_harness.commands.eval`.
 """

@@ -14,10 +14,11 @@ ones already imported (:func:`lpes_harness.lmeval.startup.install`, what ``lpes-
   position tasks' options and data files before it loads the model, and publishes the model
   args in :data:`~lpes_harness.lmeval.model_args.MODEL_ARGS` while it runs (the task glue
   tolerates those keys in metadata);
-- ``lm_eval.config.evaluate_config``: on the command line, a bad ``lpes_hf`` scale argument,
-  a ``dtype`` torch lacks (any of our models), a bad ``--metadata`` of our position tasks or a
-  suite's data files not found exits 2 with one line, before lm-eval indexes its tasks or loads
-  the model.
+- ``lm_eval.config.evaluate_config``: on the command line, a ``pretrained`` that cannot be a model
+  (:mod:`lpes_harness.core.model_source`), a ``dtype`` torch lacks (any of our models), a bad
+  ``lpes_hf`` scale argument or another method's argument, a bad ``--metadata`` of our position
+  tasks or a suite's data files not found exits 2 with one line, before lm-eval indexes its tasks
+  or loads the model.
 
 Every patched callable passes ``*args, **kwargs`` through untouched, so a keyword lm-eval adds
 later reaches the original.
@@ -116,27 +117,66 @@ def add_our_tasks_to_task_manager(manager_module) -> None:
     task_manager.__init__ = __init__
 
 
-def model_args_error(model, model_args):
-    """One line saying what is wrong with ``model_args`` for one of our models, or None: the
-    ``dtype`` of any of them, lpes_hf's scale arguments.
+def model_args_error(model, model_args) -> str | None:
+    """:func:`model_args_problem` as one line, or None."""
+    problem = model_args_problem(model, model_args)
+    return None if problem is None else " ".join(str(problem).split())
 
-    Cheap: no torch; the layer count comes from the model's config.json or GGUF header.
+
+def model_args_problem(model, model_args) -> ValueError | None:
+    """What is wrong with ``model_args`` for one of our models (not raised), or None: the ``pretrained``
+    (and ``gguf_file``) and ``dtype`` of any of them (a ScalesError, as lm-eval's caller has long caught),
+    lpes_hf's scale arguments (ScalesError), the other methods' own arguments (their MethodError, as
+    their model's ``__init__`` raised it: :func:`method_arguments_error`).
+
+    lpes_hf's are cheap, no torch (the layer count comes from the model's config.json or GGUF
+    header); another method's check imports its model class, and with it torch and transformers,
+    as lm-eval would a moment later.
     """
-    if not isinstance(model, str) or model not in LAZY_MODELS or not model_args:
+    if not isinstance(model, str) or model not in LAZY_MODELS:
         return None
+    from lpes_harness.core.model_source import pretrained_problem
     from lpes_harness.core.models import check_dtype
     from lpes_harness.core.scales_args import check_model_args
+    from lpes_harness.core.scales_file import ScalesError
 
     try:
-        parsed = parse_model_args(model_args)
+        parsed = parse_model_args(model_args) if model_args else {}
+        problem = pretrained_problem(parsed.get("pretrained"), parsed.get("gguf_file"))
+        if problem:
+            return ScalesError(f"pretrained={problem}")  # the problem starts with the path as typed
         check_dtype(parsed.get("dtype"))
         if model in SCALES_MODELS:
             check_model_args(parsed)
-    except ValueError as err:
-        return " ".join(str(err).split())
+        else:
+            method_arguments_error(model, parsed)
+    except ScalesError as err:
+        return err
+    except ValueError as err:  # check_dtype's, a method's MethodError
+        return err if type(err) is not ValueError else ScalesError(" ".join(str(err).split()))
     except Exception:  # a bug of ours must not stop lm-eval: the model load checks again
         return None
     return None
+
+
+def method_arguments_error(model: str, parsed: dict) -> None:
+    """Run the pre-load check of ``model``'s class (:meth:`~lpes_harness.lmeval.method_lm.MethodLM.before_load`)
+    on ``parsed`` now: a :class:`~lpes_harness.methods.arguments.MethodError` (a ValueError) is then one
+    line of the command line's, not a traceback out of the model's ``__init__`` after lm-eval has
+    indexed its tasks (poshidden_hf without a channel: 33 lines after 16 s)."""
+    import importlib
+
+    module, _, attribute = LAZY_MODELS[model].partition(":")
+    lm_class = importlib.import_module(module)
+    for part in attribute.split("."):
+        lm_class = getattr(lm_class, part)
+    if not hasattr(lm_class, "before_load"):
+        return
+    own = {parameter.name for parameter in lm_class.method_arguments()}
+    arguments = {name: value for name, value in parsed.items() if name in own}
+    load = {name: value for name, value in parsed.items() if name not in own}
+    # before_load reads the arguments and the class, never the model: an instance not yet initialised will do.
+    lm_class.before_load(lm_class.__new__(lm_class), load, **arguments)
 
 
 def metadata_error(tasks, metadata, model_args) -> str | None:
@@ -167,11 +207,9 @@ def check_position_tasks_before_the_model_loads(evaluator_module) -> None:
 
         model = _bind(original, args, kwargs, "model", None)
         model_args = _bind(original, args, kwargs, "model_args", None)
-        error = model_args_error(model, model_args)
-        if error:
-            from lpes_harness.core.scales_file import ScalesError
-
-            raise ScalesError(error)
+        problem = model_args_problem(model, model_args)
+        if problem is not None:
+            raise problem
         task_manager = _bind(original, args, kwargs, "task_manager", None)
         metadata = _bind(original, args, kwargs, "metadata", None) or getattr(task_manager, "metadata", None)
         parsed = parse_model_args(model_args)

@@ -5,8 +5,9 @@ A method is a module with ``install(model, **arguments) -> model`` and ``remove(
 one-line description for reports and docs, its numeric parameters with bounds and the value that
 makes it the plain model (:class:`~.parameters.Parameter`), the lm-eval model that runs it, the
 candidates the baseline tuner scores, and the forwards a token costs. lm-eval's registry
-(:mod:`lpes_harness.lmeval.registration`), the tuner (``search/tune_baselines.py``), the report's
-labels and ``docs/baselines.md`` all read this table; a new method is one module and one entry.
+(:mod:`lpes_harness.lmeval.registration`), the tuner (``commands/tune.py``), the report's
+labels and ``docs/baselines.md`` all read this table, and it is their only registration (no
+decorator registers a model beside it); a new method is one module and one entry.
 
 LPES (position, base, both) and PI are :mod:`lpes_harness.core.rope`'s ``install`` / ``remove``, a
 core module below this package; their entries say which scaling. Like lm-eval's registry and
@@ -23,10 +24,11 @@ from types import ModuleType
 from typing import Any, Mapping
 
 from lpes_harness.methods.parameters import Parameter
-from lpes_harness.core.scaling import halves, uniform_factor
+from lpes_harness.core.scaling import DEFAULT, SCALINGS
 
-# Where a method without an lm-eval model class of its own gets one: that module's generic
-# HFLM subclass, bound to the method (``BOUND.<name>``, an entry-point style attribute path).
+# Where a method without an lm-eval model class of its own gets one: that module's MethodLM (the
+# HFLM subclass every method's lm-eval model is), bound to the method (``BOUND.<name>``, an
+# entry-point style attribute path).
 GENERIC_LM = "lpes_harness.lmeval.method_lm"
 
 
@@ -36,8 +38,8 @@ class Method:
 
     ``module``: where ``install`` / ``remove`` live; ``install_args``: the arguments that select
     this method there (LPES base: ``scaling="base"``), and ``model_args`` the same as lm-eval's
-    ``--model_args``. ``lm_class``: ``"module:Class"`` of its own HFLM subclass, or None for the
-    generic one (:data:`GENERIC_LM`). ``grid``: the tuner's candidates, argument -> values (a tuple
+    ``--model_args``. ``lm_class``: ``"module:Class"`` of its own subclass of the one method model
+    (``lmeval.method_lm.MethodLM``), or None for that class bound to it (:data:`GENERIC_LM`). ``grid``: the tuner's candidates, argument -> values (a tuple
     value is one list argument, ``;``-joined); None: not tuned by a grid (LPES: the GA).
     ``needs``: install arguments that have no default and are no parameter, with a value that
     suits any model (the identity test uses them). ``forwards``: decoder forwards per token.
@@ -174,23 +176,18 @@ def run_of(lm_eval: str | None, model_args: Mapping[str, Any] | None = None) -> 
     return max(fits, key=lambda m: len(_pairs(m.model_args)), default=None)
 
 
-def rope_entry(scales, scaling: str = "position", held_layers=(), pi: bool = False) -> Method | None:
+def rope_entry(scales, scaling: str = DEFAULT, held_layers=(), pi: bool = False) -> Method | None:
     """What a run of ``lpes_hf`` with these factors is: PI where ``pi=true`` or one factor other than 1 on
     every layer outside ``held_layers`` (a "curve" that is one factor everywhere is PI, not LPES, whatever
     its scaling), else the LPES entry of its scaling; None at the identity, the plain model. A ``both``
     list whose base half is all ones is a position run, one whose position half is, a base run: bit for
     bit those models."""
-    curves = halves(scales, scaling)
-    if scaling == "both":
-        ones = [all(v == 1.0 for v in curve) for curve in curves]
-        if any(ones):
-            scaling, curves = ("position", curves[:1]) if ones[1] else ("base", curves[1:])
-    if all(v == 1.0 for curve in curves for v in curve):
+    scaling, flat = SCALINGS[scaling].narrowed(scales)
+    if all(v == 1.0 for v in flat):
         return None
-    flat = [v for curve in curves for v in curve]
-    if pi or uniform_factor(flat, scaling, held_layers) is not None:
+    if pi or SCALINGS[scaling].uniform_factor(flat, held_layers) is not None:
         return METHODS["pi"]
-    return METHODS["lpes" if scaling == "position" else f"lpes_{scaling}"]
+    return next(m for m in METHODS.values() if m.module == _ROPE and m.install_args.get("scaling") == scaling)
 
 
 def _pairs(model_args: str) -> dict[str, str]:

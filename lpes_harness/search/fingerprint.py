@@ -39,6 +39,7 @@ from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from lpes_harness.core.scaling import DEFAULT, scaling_of
 from lpes_harness.search.config import current_names
 
 FORMAT = "lpes-fingerprint/1"
@@ -84,9 +85,9 @@ def fingerprint(settings: Mapping[str, Any] | Any, model: Any = None) -> dict:
         search["lines"] = [list(line) for line in values["line_values"]]
     if values.get("initial", "mutants") != "mutants":  # absent means the paper's mutants: likewise
         search["initial"] = values["initial"]
-    if values.get("scaling", "position") != "position":  # absent means position: likewise
+    if values.get("scaling", DEFAULT) != DEFAULT:  # absent means position: likewise
         search["scaling"] = values["scaling"]
-    if values.get("scaling") == "both":  # the base curve's grid and steps (both runs only)
+    if scaling_of(values.get("scaling")).paired:  # the base curve's grid and steps (both runs only)
         search.update({key: _plain(values.get(key)) for key in BOTH_KEYS})
     if values.get("condition"):  # a search over conditions (absent: the one of task and metadata)
         fitness["conditions"] = _plain(list(values["condition"]))

@@ -35,7 +35,7 @@ from typing import Sequence
 from deap import base, creator
 
 from lpes_harness.core.curves import CURVES, curve_scales
-from lpes_harness.core.scaling import held_per_half
+from lpes_harness.core.scaling import AXES, with_axes
 
 Genome = list[tuple[float, float]]
 _DECIMALS = 10
@@ -144,7 +144,7 @@ class GenomeSpec:
         each with its own y range and start, everything else shared."""
         if not self.both:
             return (self,)
-        position_held, base_held = held_per_half("both", self.held_layers, self.position_held_layers)
+        position_held, base_held = with_axes(*AXES).held_per_half(self.held_layers, self.position_held_layers)
         one_curve = dict(base_y_min=None, base_y_max=None, base_y_step=None, base_initial_y=None, position_held_layers=())
         position = replace(self, **one_curve, held_layers=tuple(position_held))
         base = replace(self, **one_curve, held_layers=tuple(base_held), y_min=self.base_y_min, y_max=self.base_y_max,
@@ -205,7 +205,7 @@ class GenomeSpec:
             if len(genome) != self.genome_length:
                 return [f"has {len(genome)} points, expected {self.genome_length} (the position curve's "
                         f"{self.num_points}, then the base curve's {self.num_points})"]
-            return [f"{name} curve: {problem}" for name, half, points in zip(("position", "base"), self.halves(),
+            return [f"{name} curve: {problem}" for name, half, points in zip(AXES, self.halves(),
                                                                              self.split(genome))
                     for problem in half.violations(points)]
         problems = []

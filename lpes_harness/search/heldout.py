@@ -4,8 +4,10 @@ paired, one block per condition.
 One condition (no ``--condition``): ``heldout.{md,json,png}`` and ``scores.cache.json`` in the run
 folder, as always. Several: ``heldout/<condition>/`` each, and ``heldout/summary.{md,json,png}``:
 per condition and row, the difference from vanilla with its 95 % interval, gained / lost samples and
-the exact McNemar p. Scores are cached as ``analysis.paired`` caches them: a killed table resumes,
+the exact McNemar p. Scores are cached as ``evaluation.paired`` caches them: a killed table resumes,
 and ``python -m lpes_harness.commands.paired --output <that folder>`` reuses them.
+
+:func:`heldout_stage` is the run's last stage; its rows: :func:`heldout_methods`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,59 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from lpes_harness.evaluation.conditions import Condition, slug
+from lpes_harness.core.files import atomic_write_json
+from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.methods.setup import MethodSetup
+from lpes_harness.search.run_context import Run
+from lpes_harness.search.run_record import add_run_seconds
+from lpes_harness.search.selection import Candidate, row_name
+from lpes_harness.search.sweep import Swept
 
 SUMMARY = "summary"
+
+
+def heldout_stage(run: Run, sweep: Swept | None, chosen: Candidate, result: dict) -> None:
+    """The held-out table of ``--heldout-samples``: vanilla and the run's rows (:func:`heldout_methods`) on
+    the same held-out samples. Writes the tables (:func:`evaluate`), adds ``heldout`` to ``result`` and
+    writes ``result.json`` again; nothing when the run's choice is the plain model (vanilla alone)."""
+    args = run.args
+    methods = heldout_methods(args, run.spec, chosen, sweep, result.get("uniform")) if args.heldout_samples else {}
+    if len(methods) == 1:  # vanilla alone: the run chose the plain model, and there is nothing to compare
+        print("no held-out table: the run's choice is uniform 1, the plain model, and no other row differs from it",
+              flush=True)
+    elif methods:
+        result["heldout"] = evaluate(run.lm, args, run.conditions, run.several, methods, run.output,
+                                     batch_size=run.fitness_config.batch_size)
+        result["total_seconds_with_heldout"] = round(time.perf_counter() - run.launched, 1)
+        add_run_seconds(result, run.record_path, "run_seconds_with_heldout")
+        atomic_write_json(run.output / "result.json", result)
+
+
+def heldout_methods(args, spec, chosen: Candidate, sweep: Swept | None, uniform: dict | None) -> dict:
+    """The held-out table's rows (row name -> :class:`~lpes_harness.methods.setup.MethodSetup`): vanilla,
+    the curve's PI (``--heldout-extra pi``; a uniform winner is its own PI), the run's curve named for what
+    it is, and the best uniform factor (uniform.json, else the sweep's best when ``--heldout-extra
+    uniform``). No row repeats vanilla's scales: a run that chose the plain model may leave vanilla alone."""
+    from lpes_harness.evaluation.paired import lpes_methods
+
+    rows = {"vanilla": SCALINGS[args.scaling].identity(spec.num_layers)}
+    if "pi" in args.heldout_extra and not chosen.is_uniform:
+        pi = lpes_methods(chosen.scales, (), spec.held_layers, args.scaling, spec.position_held_layers)["PI"]
+        rows["PI"] = list(pi.scales)
+    # A run whose choice is uniform 1 (its start, when no curve beat the plain model) is vanilla: its row
+    # would score the same model twice.
+    if list(chosen.scales) != rows["vanilla"]:
+        rows[row_name(chosen.label, chosen.kind)] = list(chosen.scales)
+    if uniform is not None:
+        extra = (f"{uniform['label']} (uniform.json)", uniform["scales"])
+    elif sweep is not None and "uniform" in args.heldout_extra:
+        best = sweep.best_point()
+        extra = (best["label"], best["scales"]) if best else None
+    else:
+        extra = None
+    if extra and extra[1] not in rows.values():
+        rows[extra[0]] = list(extra[1])
+    return {name: MethodSetup.of_scales(row) for name, row in rows.items()}
 
 
 def folders(output: Path, conditions: Sequence[Condition], several: bool) -> dict[str, Path]:
@@ -51,9 +104,9 @@ def check_caches(output: Path, conditions: Sequence[Condition], several: bool, a
             cache(folder, condition, args)
 
 
-def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: Mapping[str, Sequence[float]],
+def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: Mapping[str, MethodSetup],
              output: Path, batch_size=1) -> dict:
-    """Score ``methods`` (vanilla first) on ``args.heldout_samples`` per position of every condition,
+    """Score ``methods`` (row name -> set-up, vanilla first) on ``args.heldout_samples`` per position of every condition,
     ``batch_size`` prompts a forward (the fitness's, as its configuration resolved it)."""
     from lpes_harness.evaluation import paired
     from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison

@@ -105,7 +105,7 @@ PROFILES = {
     # condition is 90 forwards, ~3.6 min an individual there; 3 sweep points + at most 26 individuals
     # is ~1.7 h worst case (racing cuts it), the uniform factors as many forwards again, then 5
     # candidates on 6+ validation samples per position, then a 10-per-position held-out look per
-    # condition (the tables that decide are analysis.transfer's, 100 per position): ~3 h on that CPU,
+    # condition (the tables that decide are commands.transfer's, 100 per position): ~3 h on that CPU,
     # about 45 min with AMX (estimates). Measured in float32 on 2 cores without avx512_bf16 (GA seed 2):
     # over 4 h of scoring before its validation; `lpes-search --estimate` says for the machine at hand.
     "robust-smollm2": {

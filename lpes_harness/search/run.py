@@ -1,349 +1,62 @@
-"""The search command (``lpes-search``, or ``python searches/ga.py``): wires model, fitness, loop and callbacks.
+"""A search run (``lpes-search``, or ``python searches/ga.py``): its stages, in the order they run.
 
-The command: :mod:`lpes_harness.commands.search`.
+Each stage is one call, and its module says what it reads, what it writes to the run folder and what it
+returns; they share the :class:`~lpes_harness.search.run_context.Run` the start makes.
+
+1. start (:func:`~lpes_harness.search.run_start.start`): the folder claimed, a resume checked, the model
+   and fitness loaded, the estimate or ``--time-budget``'s plan, ``config.json``;
+2. sweep (:func:`~lpes_harness.search.sweep.sweep_stage`): uniform factors scored, the search's start;
+3. search (:func:`~lpes_harness.search.search_stage.search_stage`): the genetic search;
+4. uniform (:func:`~lpes_harness.search.uniform_tuning.uniform_stage`): the best uniform factor on the
+   search's budget;
+5. validation (:func:`~lpes_harness.search.selection.validation_stage`): the run's curve chosen on
+   validation samples, written as ``scales.json``;
+6. held-out (:func:`~lpes_harness.search.heldout.heldout_stage`): the paired table on held-out samples.
+
+Every stage resumes: ``--resume`` runs them all again, and each reads back what it had scored.
+The command (its flags, ``--status``, Ctrl-C): :mod:`lpes_harness.commands.search`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import shlex
-import sys
 import time
-from pathlib import Path
 
 from lpes_harness.core.files import atomic_write_json
-from lpes_harness.core.models import auto_dtype, choose_dtype, default_device, machine_description
-from lpes_harness.evaluation.plots import plot_uniform_points
-from lpes_harness.search.callbacks import (CheckpointCallback, HistoryCallback, PlotCallback, ProgressCallback,
-                                         SampleOrderCallback, load_checkpoint)
-from lpes_harness.search.config import SearchConfig
-from lpes_harness.search.fingerprint import fingerprint
-from lpes_harness.search.fitness import FitnessConfig
-from lpes_harness.search.genome import ramp_genome
-from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
-from lpes_harness.search.run_record import (settings_record, RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
-                                           idle_since_last_write, read_run_record, record_genome, run_folder,
-                                           run_seconds, stamp_process_end, write_config)
-from lpes_harness.search.sweep import load_or_run_sweep, start_from
-from lpes_harness.search.timing import apply_budget, heldout_rows, heldout_share, print_estimate, time_limit, time_one_sample
-
-# ----------------------------------------------------------------------------- callbacks
-
-
-class BestScalesCallback(Callback):
-    """Keeps ``scales.json`` (and the best control points) up to date after each generation."""
-
-    def __init__(self, directory: Path, model_name: str, dtype: str | None = None, scaling: str = "position"):
-        self.directory = directory
-        self.model_name = model_name
-        self.dtype = dtype
-        self.scaling = scaling
-
-    def on_generation_end(self, search, stats) -> None:
-        from lpes_harness.core.scales_file import write_scales_file
-
-        best = search.best
-        write_scales_file(
-            self.directory / "scales.json",
-            best["scales"],
-            scaling=self.scaling,  # what the factors multiply: lpes_hf scales=<file> applies the same
-            curve="per-layer" if search.spec.brute_force else search.spec.curve,
-            control_points=best["genome"],
-            fitness=best["fitness"],
-            scores=(best.get("info") or {}).get("scores"),
-            generation=stats["generation"],
-            model=self.model_name,
-            dtype=self.dtype,  # the precision the scales were searched in
-        )
-
-
-# ----------------------------------------------------------------------------- main
-
-
-def _configure(args) -> tuple[SearchConfig, FitnessConfig, dict]:
-    """The GA's settings, the fitness's, and the run's fingerprint, from the parsed flags."""
-    config = SearchConfig.from_settings(args)  # the flags have the config's names
-    fitness_config = FitnessConfig(
-        task=args.task, fitness=args.fitness, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
-        metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=args.racing,
-        scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
-        batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
-        sample_order=args.sample_order,
-    )
-    current = fingerprint({**vars(args), **vars(fitness_config), "dtype": args.dtype_chosen})
-    return config, fitness_config, current
-
-
-def run_dtype(requested: str, device: str, record: dict | None) -> tuple[str, str]:
-    """The dtype a run computes in, and why (for its log line). ``auto`` on a resume is the dtype the run
-    was made in: ``auto`` decides by CPU kind, so a run resumed on another machine would otherwise be
-    refused, or mix two dtypes in one search. A dtype asked for by name is taken as asked (the resume
-    check then refuses one that differs from the run's)."""
-    made_in = ((record or {}).get("model") or {}).get("dtype")
-    if requested == "auto" and made_in:
-        return made_in, ": the dtype the resumed run was made in"
-    if requested == "auto":
-        chosen, why = auto_dtype(device)
-        return chosen, f": {why}"
-    return choose_dtype(requested, device), ""
+from lpes_harness.search.heldout import heldout_stage
+from lpes_harness.search.run_context import Run
+from lpes_harness.search.run_record import add_run_seconds
+from lpes_harness.search.run_start import start
+from lpes_harness.search.search_stage import search_stage
+from lpes_harness.search.selection import validation_stage
+from lpes_harness.search.sweep import sweep_stage
+from lpes_harness.search.uniform_tuning import uniform_stage
 
 
 def run(args: argparse.Namespace) -> dict:
+    """The run of the parsed flags; its ``result.json`` (``{}`` where this process ran no stage)."""
     with contextlib.ExitStack() as folder_lock:  # released however the run ends, a refusal too
-        return _run(args, folder_lock)
+        run = start(args, folder_lock)
+        if run is None:  # --estimate, or one of accelerate's other ranks, which served rank 0
+            return {}
+        sweep = sweep_stage(run)
+        result, history = search_stage(run, sweep)
+        tuned = uniform_stage(run, sweep, history, result)
+        chosen = validation_stage(run, sweep, history, tuned, result)
+        _save_result(run, result)
+        heldout_stage(run, sweep, chosen, result)
+        forwards = result["forwards"]
+        print(f"forwards: {forwards['total']} ({', '.join(f'{k} {v}' for k, v in forwards.items() if k != 'total')})"
+              f"{', then the held-out table' if 'heldout' in result else ''}", flush=True)
+        return result
 
 
-def _run(args: argparse.Namespace, folder_lock: contextlib.ExitStack) -> dict:
-    from lpes_harness.search import distributed, final_choice, heldout
-    from lpes_harness.search.condition_fitness import ConditionsFitness, condition_configs
-
-    launched = time.perf_counter()  # the wall time a user waits: model load and sweep included
-    launched_at = time.time()  # config.json's clock: started, and the gaps before resumes
-    output = run_folder(args)
-    checkpoint_path = output / "checkpoint.json"
-    record_path = output / RUN_RECORD
-    holds_run = checkpoint_path.exists() or record_path.exists()
-    if holds_run and not (args.resume or args.overwrite or args.estimate):
-        fail(f"{output} already holds a run: pass --resume to continue it or --overwrite to start afresh")
-    if args.resume and not holds_run:
-        fail(f"--resume: no run in {output} to continue (no {RUN_RECORD}, no checkpoint.json)")
-    main_process = distributed.launched_rank() == 0  # accelerate's other ranks only serve rank 0
-    # Before anything is loaded or written: a folder another lpes-search is running on is refused.
-    holding = main_process and output.is_dir() and not args.estimate  # an estimate writes nothing there
-    if holding:
-        folder_lock.enter_context(holding_run_folder(output))
-    # When the stopped process last did work, read before this one writes: the gap is not the run's time.
-    idle_before = idle_since_last_write(output, launched_at) if args.resume else None
-    try:
-        record = read_run_record(output) if args.resume else None
-    except ValueError as err:
-        fail(f"--resume {output}: {err}")
-    resume_search = args.resume and checkpoint_path.exists()  # else a resume before the search began
-    saved_state = load_checkpoint(checkpoint_path) if resume_search else None  # read once: nothing rewrites it before the loop
-    args.dtype_chosen, dtype_why = run_dtype(args.dtype_requested, args.device or default_device(), record)
-    config, fitness_config, current = _configure(args)
-    if args.resume:  # before anything is loaded or written: a resume never mixes two experiments
-        check_resume(output, record, saved_state, current)
-    conditions = final_choice.run_conditions(args)
-    several = bool(args.conditions)  # --condition given: the fitness and the tables go by condition
-    if args.heldout_samples:
-        try:
-            heldout.check_caches(output, conditions, several, args)
-        except ValueError as err:
-            fail(str(err))
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    context = distributed.init()
-    if args.estimate and context.world > 1:
-        fail("--estimate times one sample in one process; launch it without accelerate/torchrun")
-    if several and context.world > 1:
-        fail("--condition: a search over conditions runs in one process (the samples of each are not yet split "
-             "across processes); launch it without accelerate/torchrun")
-    lm = load_lm(args)
-    from lpes_harness.core import rope
-
-    n_layers = rope.num_layers(lm.model)
-    configs = condition_configs(conditions, fitness_config) if several else {conditions[0].name: fitness_config}
-    if several:
-        fitness = ConditionsFitness(lm, configs, args.condition_objective)
-    else:
-        fitness = distributed.make_fitness(lm, fitness_config, context)
-    if not context.is_main:
-        distributed.serve(fitness, context)  # follow rank 0's evaluations until it is done
-        return {}
-
-    chat = fitness.chat_template
-    print(f"model dtype {args.dtype_chosen} (--dtype {args.dtype}{dtype_why}); chat template "
-          f"{chat if several else ('on' if chat else 'off')}; "
-          + (f"conditions {', '.join(c.name for c in conditions)} ({args.condition_objective})" if several else
-             f"task {args.task}, positions {fitness_config.positions}"), flush=True)
-    args.heldout_share = None  # set where a validation or a held-out table follows the search
-    # A sample is timed (ten forwards or so) only for a plan or an estimate that uses it.
-    if args.time_budget_seconds and not resume_search:
-        apply_budget(args, fitness, time_one_sample(fitness), time.perf_counter() - launched)  # sets heldout_share
-        config, fitness_config, current = _configure(args)
-    elif args.heldout_samples or args.validation_samples:
-        args.heldout_share = heldout_share(fitness)  # for the estimate, and --status's (config.json)
-    left = _left_to_do(output) if resume_search and not args.time_budget_seconds else None
-    if left:  # a resumed search: what is left of it, not the whole run's worst case again
-        print(f"resumed; {left}", flush=True)
-    elif not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
-        print_estimate(config, fitness, time_one_sample(fitness), len(args.sweep_values) + len(args.base_sweep_values),
-                       heldout_rows(args) * _positions(conditions) * args.heldout_samples, args,
-                       args.heldout_share or 1.0)
-    if args.estimate:
-        print(f"--estimate: nothing searched, nothing written ({output} not made or changed)", flush=True)
-        return {}
-    spec = _genome_spec(args, n_layers, lm)
-    settings = settings_record(args)  # what `--resume --output DIR` restores
-
-    def run_record() -> dict:
-        return {
-            "command": " ".join(shlex.quote(a) for a in sys.argv),
-            "search": config.to_dict(), "genome": spec.to_dict(),
-            "fitness": dict(vars(fitness_config)),
-            "conditions": [c.to_dict() for c in conditions] if several else None,
-            "model": {"pretrained": args.pretrained or "bundled SmolLM2-135M-Instruct (GGUF)",
-                      "model_args": args.model_args, "num_layers": n_layers,
-                      "dtype": args.dtype_chosen, "dtype_requested": args.dtype,
-                      "machine": machine_description(str(lm.device))},  # timings compare within one CPU kind
-            "chat_template": chat,
-            "sweep": args.sweep_values, "lines": args.line_values, "heldout_samples": args.heldout_samples,
-            "processes": context.world, "profile": args.profile,
-            "heldout_share": args.heldout_share,  # a validation/held-out forward's time, relative
-            "settings": settings,  # what `--resume --output DIR` restores
-            "fingerprint": current,  # what it compares before the search has a checkpoint
-        }
-
-    if not resume_search:
-        # From here on the folder holds a run that --resume continues: before the sweep, so that
-        # nothing it scores is lost to a kill.
-        if main_process and not holding:  # a new folder: taken as it is made
-            output.mkdir(parents=True, exist_ok=True)
-            folder_lock.enter_context(holding_run_folder(output))
-        if not args.resume:
-            clear_run_state(output)  # --overwrite: an old run's state must not be resumed into this one
-        write_config(record_path, args.resume, run_record(), launched_at, idle_before)
-        folder_lock.callback(stamp_process_end, record_path)  # however it ends: the next resume's gap starts there
-    sweep = None
-    if args.sweep_values or args.base_sweep_values:
-        sweep = load_or_run_sweep(output, args, fitness, spec)
-        spec = start_from(spec, args, sweep)
-        if not resume_search:
-            record_genome(record_path, spec)  # the genome the search starts from
-    callbacks = [
-        *time_limit(args, launched, saved_state),
-        HistoryCallback(output / "history.jsonl", output / "generations.jsonl"),
-        BestScalesCallback(output, args.pretrained or "SmolLM2-135M-Instruct", args.dtype_chosen, args.scaling),
-        PlotCallback(output, args.scaling, conditions=several),
-        ProgressCallback(disable=args.no_progress or None),
-        SampleOrderCallback(fitness),
-        CheckpointCallback(checkpoint_path, extra={"fingerprint": current}),  # last: the files above agree with it
-    ]
-    search = GeneticSearch(spec, fitness, config, callbacks, lines=[ramp_genome(spec, a, b) for a, b in args.line_values])
-    for point in final_choice.sweep_points(sweep, spec, args.scaling):
-        if not (point.get("info") or {}).get("raced"):  # a complete sweep point is a known fitness
-            search.cache[cache_key(point["scales"], config.cache_decimals)] = (point["fitness"], point["info"])
-    try:
-        if resume_search:
-            # Before any file is written: a checkpoint made with other settings changes nothing.
-            try:
-                search.load_state_dict(saved_state)
-            except ValueError as err:
-                fail(f"--resume {output}: {err}")
-            write_config(record_path, True, run_record(), launched_at, idle_before)
-            folder_lock.callback(stamp_process_end, record_path)
-        started = time.perf_counter()
-        result = search.run()
-    finally:
-        distributed.release(context)  # other ranks stop waiting, also when rank 0 fails
-    result["wall_seconds"] = round(time.perf_counter() - started, 1)  # the GA itself
-    result["fitness_evaluations"] = fitness.evaluations
-    if sweep is not None:
-        result["sweep"] = {"best": sweep["best"], "best_kind": sweep.get("best_kind"),
-                           "points": [{k: p[k] for k in ("scale", "fitness") } | ({"kind": p["kind"]} if "kind" in p else {})
-                                      for p in sweep["points"]]}
-        plot_uniform_points(final_choice.sweep_points(sweep, spec, args.scaling), output / "sweep.png",
-                            title="the sweep: uniform factors scored before the search")
-    best = result["best"]
-    if result["stopped_early"]:
-        print(f"the time budget stopped the search after {result['processed']} individuals", flush=True)
-    origin = f", {best['origin']}" if best.get("origin") else ""  # initial, line, random, mutant, crossover
-    print(f"best fitness {best['fitness']:.4f} (generation {best['generation']}{origin}), scores {best['info'].get('scores')}")
-    chosen = final_choice.finish(lm, args, fitness, spec, conditions, configs, sweep, output, result)
-    result["total_seconds"] = round(time.perf_counter() - launched, 1)  # this process: load + sweep + GA + final choice
-    _add_run_seconds(result, record_path, "run_seconds")
-    atomic_write_json(output / "result.json", result)
-    print(f"scales written to {output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args scales={output / 'scales.json'}")
-    methods = final_choice.heldout_methods(args, spec, chosen, sweep, result.get("uniform")) if args.heldout_samples else {}
-    if len(methods) == 1:  # vanilla alone: the run chose the plain model, and there is nothing to compare
-        print("no held-out table: the run's choice is uniform 1, the plain model, and no other row differs from it",
-              flush=True)
-    elif methods:
-        result["heldout"] = heldout.evaluate(lm, args, conditions, several, methods, output,
-                                             batch_size=fitness_config.batch_size)
-        result["total_seconds_with_heldout"] = round(time.perf_counter() - launched, 1)
-        _add_run_seconds(result, record_path, "run_seconds_with_heldout")
-        atomic_write_json(output / "result.json", result)
-    print(f"forwards: {result['forwards']['total']} ({', '.join(f'{k} {v}' for k, v in result['forwards'].items() if k != 'total')})"
-          f"{', then the held-out table' if 'heldout' in result else ''}", flush=True)
-    return result
-
-
-def _add_run_seconds(result: dict, record_path: Path, key: str) -> None:
-    """A resumed run's ``total_seconds`` is its last process's: ``run_seconds`` spans every process (the
-    gaps between them left out), where config.json can tell it."""
-    seconds = run_seconds(json.loads(record_path.read_text()))
-    if seconds is not None:
-        result[key] = seconds
-
-
-def _left_to_do(output: Path) -> str | None:
-    """``--status``'s line on what is left of the run in ``output`` (None where it cannot say)."""
-    from lpes_harness.search.status import run_status
-
-    try:
-        lines = [line.strip() for line in run_status(output)]
-    except (ValueError, OSError, KeyError):
-        return None
-    return next((line for line in lines if line.startswith("left:")), None)
-
-
-def _positions(conditions) -> int:
-    """Gold positions over all conditions (what one held-out sample per position costs)."""
-    from lpes_harness.evaluation.paired import task_positions
-
-    return sum(len(task_positions(c.task)) for c in conditions)
-
-
-def _genome_spec(args, n_layers: int, lm):
-    from lpes_harness.search.genome import GenomeSpec
-
-    both = {"base_y_min": args.base_y_min, "base_y_max": args.base_y_max, "base_y_step": args.base_y_step,
-            "base_initial_y": 1.0} if args.scaling == "both" else {}
-    try:
-        return GenomeSpec(
-            num_layers=n_layers, num_points=args.control_points, y_min=args.y_min, y_max=args.y_max,
-            y_step=args.y_step, curve=args.curve, brute_force=args.brute_force, initial_y=args.initial_y,
-            held_layers=_held_layers(lm, args.layer_type), **both,
-            position_held_layers=_held_layers(lm, getattr(args, "position_layer_type", None), "--position-layer-type"),
-        )
-    except ValueError as err:
-        fail(str(err))
-
-
-def _held_layers(lm, layer_type: str | None, flag: str = "--layer-type") -> tuple[int, ...]:
-    """The layers ``--layer-type`` (or ``--position-layer-type``, in the position curve) keeps at 1:
-    those of every other attention type."""
-    if not layer_type:
-        return ()
-    from lpes_harness.evaluation.layer_types import layers_not_of
-    from lpes_harness.core.models import config_layer_types
-
-    types = config_layer_types(lm.model.config)
-    try:
-        held = layers_not_of(types, layer_type, flag)
-    except ValueError as err:
-        raise SystemExit(f"lpes-search: error: {err}") from None
-    moved = [str(i) for i, kind in enumerate(types) if kind == layer_type]
-    what = "the position curve moves" if flag == "--position-layer-type" else "the search moves"
-    print(f"{flag} {layer_type}: {what} layers {', '.join(moved)}; the other {len(held)} stay at 1", flush=True)
-    return held
-
-
-def load_lm(args):
-    from lm_eval.utils import simple_parse_args_string
-
-    from lpes_harness.lmeval.lpes_lm import LPESLM
-
-    extra = simple_parse_args_string(args.model_args)
-    extra.pop("dtype", None)  # resolved into args.dtype_chosen (auto -> bfloat16 only where native)
-    extra["scaling"] = args.scaling  # --model-args may repeat it, never contradict it (cli._check)
-    # lm-eval's own "auto" probes ever larger batches at the full window: slow on a CPU, and the
-    # one-pass fitness batches by itself (FitnessConfig.batch_size); so lm-eval gets a number.
-    batch_size = int(args.batch_size) if str(args.batch_size).isdigit() else 1
-    return LPESLM(pretrained=args.pretrained, device=args.device, batch_size=batch_size, dtype=args.dtype_chosen, **extra)
+def _save_result(run: Run, result: dict) -> None:
+    """``result.json`` once the run's curve is chosen: the forwards of every stage, and the times."""
+    result["forwards"] = {**run.forwards, "total": sum(run.forwards.values())}
+    result["total_seconds"] = round(time.perf_counter() - run.launched, 1)  # this process: load + sweep + GA + final choice
+    add_run_seconds(result, run.record_path, "run_seconds")
+    atomic_write_json(run.output / "result.json", result)
+    print(f"scales written to {run.output / 'scales.json'}; use: lm_eval --model lpes_hf --model_args "
+          f"scales={run.output / 'scales.json'}")

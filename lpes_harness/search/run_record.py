@@ -1,7 +1,8 @@
 """The run folder's record: ``config.json`` (the run's settings and fingerprint, what ``--resume``
 restores and compares), the refusals of a resume that would mix two experiments, the lock that
 keeps a second lpes-search off a folder in use, and a fresh start's clean-up. Every refusal is one
-line on stderr with exit status 2, before anything is written."""
+line on stderr with exit status 2, before anything is written. Also the names of the run folder's files
+that ``--status`` reads, and what a run's scored records cost in forwards (:func:`forwards_of`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from lpes_harness.core.files import atomic_write_json, read_json_or_none
-from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL
 from lpes_harness.search.fingerprint import mismatches
 
 STAMP = "%Y-%m-%dT%H:%M:%S"  # config.json's times: local, to the second
 RUN_RECORD = "config.json"  # in the run folder: its "settings" are what --resume restores
+UNIFORM_FILE = "uniform.json"  # the uniform stage's best factor
+UNIFORM_JOURNAL = "uniform_tuning.jsonl"  # every uniform factor it scored, as it went
+SELECTION_FILE = "selection.json"  # the validation stage's rounds and choice
 
 
 def run_folder(args) -> Path:
@@ -227,3 +231,22 @@ def settings_record(args) -> dict:
     the value this run has, after profile, config file, command line and ``--time-budget``'s sizing."""
     return json.loads(json.dumps({name: getattr(args, name) for name in args.setting_names if hasattr(args, name)},
                                  default=str))
+
+
+def forwards_of(records: Sequence[dict]) -> int:
+    """The forwards a list of scored records (history lines, sweep points) cost: cache hits none."""
+    total = 0
+    for record in records:
+        if record.get("cached"):
+            continue
+        samples = (record.get("info") or {}).get("samples", 0)
+        total += sum(samples.values()) if isinstance(samples, dict) else int(samples)
+    return total
+
+
+def add_run_seconds(result: dict, record_path: Path, key: str) -> None:
+    """A resumed run's ``total_seconds`` is its last process's: ``run_seconds`` spans every process (the
+    gaps between them left out), where config.json can tell it."""
+    seconds = run_seconds(json.loads(record_path.read_text()))
+    if seconds is not None:
+        result[key] = seconds

@@ -21,6 +21,10 @@ not LPES.
 Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.evaluation.score_cache.ScoreCache`,
 one file per condition under ``validation/``): a killed selection resumes, and a round with more
 samples scores only the new ones.
+
+:func:`validation_stage` is the run's stage: the candidates (:func:`candidates`), the choice, and the run's
+curve written as ``scales.json``, named for what it is (:func:`row_name`: a per-layer curve is ``LPES``; a
+uniform winner is named for its factor with ``(PI)``, never LPES).
 """
 
 from __future__ import annotations
@@ -30,8 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from lpes_harness.methods.setup import MethodSetup
+from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.evaluation.conditions import Condition
 from lpes_harness.search.condition_fitness import combine_conditions
 from lpes_harness.search.fitness import combine
+from lpes_harness.search.run_context import Run
+from lpes_harness.search.run_record import SELECTION_FILE
+from lpes_harness.search.sweep import Swept, uniform_label
 
 NO_CURVE_WON = "no per-layer curve beat the uniform start"
 MAX_SAMPLES_FACTOR = 4  # a tie draws up to the first round's samples doubled twice
@@ -116,14 +126,14 @@ def is_close(lead: float, error: float) -> bool:
     return lead <= 2 * error
 
 
-def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], int], Mapping[str, Mapping[int, list]]],
+def select(score: Callable[[ValidationCondition, Mapping[str, MethodSetup], int], Mapping[str, Mapping[int, list]]],
            conditions: Sequence[ValidationCondition], candidates: Sequence[Candidate], *,
            initial: int, maximum: int, objective: str = "mean", forwards_at_most: int | None = None) -> dict:
     """Choose among ``candidates`` on validation samples; see the module docstring.
 
-    ``score(condition, {label: scales}, n)`` returns ``{label: {percent: [n scores]}}``, the first
-    ``n`` validation samples of every gold position of the condition (cached, so a larger ``n``
-    scores only the new ones). Returns the choice, every round and every candidate's validation
+    ``score(condition, {label: MethodSetup}, n)`` (each candidate's scales) returns
+    ``{label: {percent: [n scores]}}``, the first ``n`` validation samples of every gold position of
+    the condition (cached, so a larger ``n`` scores only the new ones). Returns the choice, every round and every candidate's validation
     fitness and role scores (JSON-serialisable).
 
     ``forwards_at_most``: what ``--time-budget`` planned the validation at. A round that would score past
@@ -139,7 +149,7 @@ def select(score: Callable[[ValidationCondition, Mapping[str, Sequence[float]], 
     forwards, stopped = len(contenders) * n * positions, None
     while True:
         for condition in conditions:
-            scored = score(condition, {c.label: c.scales for c in contenders}, n)
+            scored = score(condition, {c.label: MethodSetup.of_scales(c.scales) for c in contenders}, n)
             for c in contenders:
                 c.scores[condition.name] = {int(p): list(s) for p, s in scored[c.label].items()}
         values = {c.label: value(conditions, c, n, objective) for c in contenders}
@@ -219,7 +229,7 @@ def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], di
     from lpes_harness.evaluation.paired import CACHE_FILE, score_methods
     from lpes_harness.evaluation.score_cache import ScoreCache
 
-    def score(condition: ValidationCondition, methods: Mapping[str, Sequence[float]], n: int):
+    def score(condition: ValidationCondition, methods: Mapping[str, MethodSetup], n: int):
         cache = ScoreCache(output / slug(condition.name) / CACHE_FILE, identity(condition))
         cache.path.parent.mkdir(parents=True, exist_ok=True)
         scored = score_methods(lm, condition.task, methods, num_samples=n, split="validation",
@@ -230,3 +240,160 @@ def cached_scorer(lm, output: Path, identity: Callable[[ValidationCondition], di
                 for label, by_percent in scored["scores"].items()}
 
     return score
+
+
+# ----------------------------------------------------------------------------- the run's validation stage
+
+
+def validation_stage(run: Run, sweep: Swept | None, history: Sequence[dict], tuned: dict | None,
+                     result: dict) -> Candidate:
+    """The run's curve: with ``--validation-samples``, the best on the validation split of the search's top
+    individuals, its start, the sweep's complete points and the uniform stage's best (``tuned``); without,
+    the search's best. Writes ``selection.json`` (and score caches under ``validation/``), then
+    ``scales.json`` and ``curve.png`` as the run's curve, named for what it is; adds ``selection`` and
+    ``chosen`` to ``result`` and the validation's forwards (at most) to ``run.forwards``."""
+    args, spec, conditions, configs = run.args, run.spec, run.conditions, run.configs
+    validated = bool(args.validation_samples)
+    if validated:
+        uniforms = [p for p in (sweep.points if sweep else []) if not (p.get("info") or {}).get("raced")]
+        uniforms += [tuned] if tuned else []
+        start = next((r for r in history if r.get("origin") == "initial"), None)
+        if start is not None:
+            uniforms.insert(0, {"label": _uniform_label_of(start["scales"], spec, args.scaling), "scales": start["scales"],
+                                "fitness": start["fitness"]})
+        pool = candidates(history, uniforms, spec, args.scaling, args.select_top)
+        # A budgeted run planned the validation at this many forwards, and its deadline counted on it.
+        planned = (validation_forwards(args, gold_positions([configs[c.name] for c in conditions]))
+                   if args.time_budget_seconds else None)
+        selection = select_stage(run.output, run.lm, conditions, configs, pool, initial=args.validation_samples,
+                                 maximum=MAX_SAMPLES_FACTOR * args.validation_samples, objective=args.condition_objective,
+                                 identity=lambda c: _validation_identity(c, args), forwards_at_most=planned)
+        chosen = next(c for c in pool if c.label == selection["chosen"])
+        run.forwards["validation (at most)"] = sum(
+            row["samples_per_position"] * sum(map(len, configs[c.name].positions.values()))
+            for row in selection["candidates"] for c in conditions)
+        result["selection"] = {k: selection[k] for k in ("chosen", "chosen_kind", "message")}
+    else:
+        chosen = candidates(history, [], spec, args.scaling, 1)[0]
+        if chosen.is_uniform:
+            print(f"the search's best is a uniform factor: {NO_CURVE_WON}", flush=True)
+    _write_chosen(run.output, chosen, spec, args, run.model_name, validated=validated)
+    plot_chosen(run.output, chosen, spec, args.scaling, validated=validated)
+    result["chosen"] = {"label": chosen.label, "kind": chosen.kind, "row": row_name(chosen.label, chosen.kind),
+                        "search_fitness": chosen.search_fitness}
+    return chosen
+
+
+def candidates(history: Sequence[dict], uniforms: Sequence[dict], spec, scaling: str, top: int,
+               decimals: int = 6) -> list[Candidate]:
+    """The search's ``top`` distinct individuals, then the uniform points given (the start, the
+    sweep's best, the tuned best), each once; a uniform individual is named as a uniform factor."""
+    out, seen = [], set()
+
+    def add(candidate: Candidate) -> None:
+        key = tuple(round(float(s), decimals) for s in candidate.scales)
+        if key not in seen:
+            seen.add(key)
+            out.append(candidate)
+
+    by_scales = {tuple(round(float(s), decimals) for s in p["scales"]): p for p in uniforms}
+    for record in top_individuals(history, top, decimals):
+        key = tuple(round(float(s), decimals) for s in record["scales"])
+        if SCALINGS[scaling].uniform_factor(record["scales"], spec.held_layers, spec.position_held_layers) is not None:
+            point = by_scales.get(key)
+            label = point["label"] if point else _uniform_label_of(record["scales"], spec, scaling)
+            add(Candidate(label, list(record["scales"]), "uniform", record["fitness"], record.get("genome")))
+        else:
+            add(Candidate(f"LPES #{record['index']}", list(record["scales"]), "curve", record["fitness"],
+                          record.get("genome")))
+    for point in uniforms:
+        add(Candidate(point["label"], list(point["scales"]), "uniform", point.get("fitness")))
+    return out
+
+
+def _uniform_label_of(scales: Sequence[float], spec, scaling: str) -> str:
+    moved = [[i for i in range(spec.num_layers) if i not in half.held_layers] for half in spec.halves()]
+    values = [scales[k * spec.num_layers + half[0]] for k, half in enumerate(moved)]
+    for index, axis in enumerate(SCALINGS[scaling].axes):  # one axis moved alone: named for it
+        if all(v == 1.0 for k, v in enumerate(values) if k != index):
+            return uniform_label(axis, values[index], scaling)
+    return "uniform " + ":".join(f"{v:g}" for v in values)
+
+
+def validation_conditions(conditions: Sequence[Condition], configs) -> list[ValidationCondition]:
+    return [ValidationCondition(name=c.name, task=c.task, metadata=dict(c.metadata),
+                                chat_template=configs[c.name].chat_template, weights=dict(configs[c.name].weights),
+                                positions={r: tuple(p) for r, p in configs[c.name].positions.items()},
+                                objective=configs[c.name].objective, mode=configs[c.name].fitness)
+            for c in conditions]
+
+
+def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, pool: Sequence[Candidate], *,
+                 initial: int, maximum: int, objective: str, identity, forwards_at_most: int | None = None) -> dict:
+    """Stage 2: ``selection.json``; the caller writes the winner as ``scales.json``."""
+    from lpes_harness.evaluation.paired import sample_bar
+    from lpes_harness.core.files import atomic_write_json
+    from lpes_harness.search.selection import cached_scorer
+
+    print(f"validation: {len(pool)} candidates ({', '.join(c.label for c in pool)}) on {initial} validation samples "
+          f"per position of {len(conditions)} condition(s), more (up to {maximum}) while the data leave a tie",
+          flush=True)
+    with sample_bar(0) as progress:
+        batch_size = next(iter(configs.values())).batch_size  # the search's own (a number once resolved)
+        score = cached_scorer(lm, output / "validation", identity, progress, batch_size)
+        result = select(score, validation_conditions(conditions, configs), pool, initial=initial, maximum=maximum,
+                        objective=objective, forwards_at_most=forwards_at_most)
+    atomic_write_json(output / SELECTION_FILE, result, indent=1)
+    first = result["rounds"][0]["samples_per_position"]
+    for row in result["candidates"]:
+        more = (f"; {row['validation_fitness']:.4f} on {row['samples_per_position']}"
+                if row["samples_per_position"] != first else "")
+        search = "" if row["search_fitness"] is None else f" (search fitness {row['search_fitness']:.4f})"
+        print(f"  {row['label']}: validation fitness {row['validation_fitness_first']:.4f} on {first} samples per "
+              f"position{more}{search}", flush=True)
+    if result["stopped_by_budget"]:
+        print(f"  {result['stopped_by_budget']}", flush=True)
+    print(f"the run's curve: {result['chosen']}: {result['message']}", flush=True)
+    return result
+
+
+def _validation_identity(condition: Condition, args) -> dict:
+    from lpes_harness.evaluation.paired import cache_identity
+
+    identity = cache_identity(condition.task, condition.metadata, condition.chat_template, args.pretrained,
+                              args.dtype_chosen, args.scaling)
+    return {**identity, "split": "validation"}
+
+
+def row_name(label: str, kind: str) -> str:
+    """What a table calls the run's curve: ``LPES`` for a per-layer curve; a uniform factor is PI
+    (the table of methods' labels)."""
+    from lpes_harness.methods import METHODS
+
+    return METHODS["lpes"].label if kind == "curve" else f"{label} ({METHODS['pi'].label})"
+
+
+def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, validated: bool) -> None:
+    from lpes_harness.core.scales_file import write_scales_file
+
+    extra = {"control_points": chosen.genome} if chosen.genome and not chosen.is_uniform else {}
+    write_scales_file(output / "scales.json", chosen.scales, scaling=args.scaling,
+                      curve="uniform" if chosen.is_uniform else ("per-layer" if spec.brute_force else spec.curve),
+                      label=chosen.label, row=row_name(chosen.label, chosen.kind),
+                      chosen_by="validation split" if validated else "search fitness",
+                      fitness=chosen.search_fitness, model=model, dtype=args.dtype_chosen, **extra)
+
+
+def plot_chosen(output: Path, chosen: Candidate, spec, scaling: str, validated: bool) -> None:
+    """``curve.png`` redrawn as the run's curve: during the search it showed each generation's best,
+    which the validation may not have chosen (a uniform factor has no control points to draw)."""
+    from lpes_harness.evaluation.plots import plot_curve
+
+    genome = None if chosen.is_uniform or not chosen.genome else chosen.genome
+    how = "chosen on the validation split" if validated else "the search's best"
+    title = f"the run's curve, {how}: {row_name(chosen.label, chosen.kind)}"
+    if chosen.label not in title:  # "LPES (LPES #14)": which individual; a uniform row already names its factor
+        title += f" ({chosen.label})"
+    if chosen.is_uniform:
+        title += f"\n{NO_CURVE_WON}"
+    plot_curve(output / "curve.png", spec, genome, chosen.scales, title=title, scaling=scaling)

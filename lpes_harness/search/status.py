@@ -12,9 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lpes_harness.core.files import read_json_or_none, read_jsonl
+from lpes_harness.core.scaling import DEFAULT, scaling_of
 from lpes_harness.search.config import SearchConfig
-from lpes_harness.search.final_choice import SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
-from lpes_harness.search.run_record import RUN_RECORD, folder_in_use, run_seconds, stopped_run_seconds
+from lpes_harness.search.run_record import (RUN_RECORD, SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, folder_in_use,
+                                           forwards_of, run_seconds, stopped_run_seconds)
 from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, top_individuals, validation_forwards,
                                            validation_forwards_at_most)
 from lpes_harness.search.sweep import parse_sweep
@@ -31,9 +32,9 @@ def _hours(seconds: float) -> str:
 def _sweep_line(folder: Path, record: dict, sweep: dict | None) -> str:
     if sweep is not None:
         points = sweep.get("points") or []
-        scaling = (record.get("settings") or {}).get("scaling", "position")
-        # A sweep written before it named its kind swept the run's own scaling.
-        kind = sweep.get("best_kind") or ("position" if scaling == "both" else scaling)
+        scaling = (record.get("settings") or {}).get("scaling", DEFAULT)
+        # A sweep written before it named its kind swept the run's own scaling (both: its first axis, positions).
+        kind = sweep.get("best_kind") or scaling_of(scaling).axes[0]
         return f"done, {len(points)} uniform factor(s); the search starts from {kind} {sweep.get('best')}"
     journalled = read_jsonl(folder / "sweep.jsonl")
     if journalled:
@@ -190,7 +191,7 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
     typical, most = {}, {}
     if not stages["sweep"].startswith(("done", "none")):
         points = len(parse_sweep(settings.get("sweep"))) + (
-            len(parse_sweep(settings.get("base_sweep"))) if settings.get("scaling") == "both" else 0)
+            len(parse_sweep(settings.get("base_sweep"))) if scaling_of(settings.get("scaling")).paired else 0)
         typical["sweep"] = most["sweep"] = max(0, points - len(read_jsonl(folder / "sweep.jsonl"))) * per_individual
     search_done = stages["genetic search"].startswith("done")
     search = record.get("search") or {}

@@ -12,8 +12,8 @@ uniform 1.2 fails), so a range cut to where uniform scales still work would excl
 Values are scored best-guess first (the one nearest 1) and later ones are raced against
 the best so far, so a value that wrecks the model costs only a few samples.
 
-:func:`load_or_run_sweep` is a run's sweep stage (each point journalled, a resume reads them back) and
-:func:`start_from` moves the genome's start to its best factor.
+:func:`sweep_stage` is a run's sweep stage: :func:`load_or_run_sweep` (each point journalled, a resume
+reads them back), then :func:`start_from` moves the genome's start to its best factor.
 """
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lpes_harness.core.files import append_jsonl, atomic_write_json, kill_point, read_jsonl
+from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.search.run_context import Run
+from lpes_harness.search.run_record import forwards_of, record_genome
 from lpes_harness.search.sample_order import load_order_state, order_state
 
 
@@ -77,8 +81,9 @@ def check_lines(lines: list[tuple[float, float]], args) -> list[tuple[float, flo
     clipped to it would be another line), and room beside the start in a population the flags fix."""
     if not lines:
         return lines
-    if args.brute_force or args.scaling == "both" or args.curve == "step":
-        why = ("--brute-force" if args.brute_force else "--scaling both" if args.scaling == "both" else "--curve step")
+    paired = SCALINGS[args.scaling].paired
+    if args.brute_force or paired or args.curve == "step":
+        why = ("--brute-force" if args.brute_force else f"--scaling {args.scaling}" if paired else "--curve step")
         raise ValueError(f"--lines: a line is one curve's control points on a straight line, which {why} cannot hold")
     outside = [f"{a:g}:{b:g}" for a, b in lines if not all(args.y_min <= v <= args.y_max for v in (a, b))]
     if outside:
@@ -170,7 +175,7 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
         load_order_state(fitness, lines[-1].get("sample_order"))
     if not args.resume:
         journal.unlink(missing_ok=True)
-    print(f"sweep: uniform {'factors' if args.scaling == 'both' else 'scales'} "
+    print(f"sweep: uniform {'factors' if SCALINGS[args.scaling].paired else 'scales'} "
           + "; ".join(f"{kind + ' ' if kind else ''}{', '.join(f'{v:g}' for v in values)}" for kind, values, _ in plan if values)
           + (f" ({len(lines)} scored before the stop, read back from {journal.name})" if lines else ""), flush=True)
 
@@ -204,17 +209,19 @@ def load_or_run_sweep(output: Path, args, fitness, spec) -> dict:
 
 def sweep_plan(args, spec) -> list:
     """(kind, values, uniform scales of a value) per kind the sweep scores."""
-    if args.scaling == "both":
-        return [("position", args.sweep_values, lambda v: spec.uniform_pair(position=v)),
-                ("base", args.base_sweep_values, lambda v: spec.uniform_pair(base=v))]
+    entry = SCALINGS[args.scaling]
+    if entry.paired:  # --sweep for the first axis (position), --base-sweep for the second
+        return [(axis, values, lambda v, axis=axis: spec.uniform_pair(**{axis: v}))
+                for axis, values in zip(entry.axes, (args.sweep_values, args.base_sweep_values))]
     return [(None, args.sweep_values, spec.uniform)]
 
 
 def start_from(spec, args, sweep: dict):
     """The genome's start at the sweep's best uniform factor (of its kind, under scaling both)."""
-    if args.scaling == "both":
-        kind = sweep.get("best_kind", "position")
-        spec = spec.starting_at(sweep["best"] if kind == "position" else 1.0, sweep["best"] if kind == "base" else 1.0)
+    axes = SCALINGS[args.scaling].axes
+    if len(axes) > 1:
+        kind = sweep.get("best_kind", axes[0])
+        spec = spec.starting_at(**{f"{axis}_y": sweep["best"] if axis == kind else 1.0 for axis in axes})
         print(f"sweep: best uniform factor {kind} {sweep['best']:g} -> the search starts from position y = "
               f"{spec.initial_y:g}, base y = {spec.base_initial_y:g} (ranges kept)", flush=True)
     else:
@@ -223,3 +230,68 @@ def start_from(spec, args, sweep: dict):
               f"(range [{args.y_min:g}, {args.y_max:g}] kept)", flush=True)
     args.initial_y = spec.initial_y
     return spec
+
+
+# ----------------------------------------------------------------------------- the run's sweep stage
+
+
+@dataclass
+class Swept:
+    """The sweep stage's output: ``sweep.json`` as written (``points``, ``best``, ``best_kind`` under scaling
+    both), and its points as scored uniform points (:func:`sweep_points`), which the later stages reuse."""
+
+    record: dict
+    points: list[dict]
+
+    def best_point(self) -> dict | None:
+        """The sweep's best as a uniform point."""
+        return next((p for p in self.points if p["value"] == self.record["best"]
+                     and p["kind"] == self.record.get("best_kind", p["kind"])), None)
+
+    def summary(self) -> dict:
+        """``result.json``'s ``sweep``: the best, and every point's scale and fitness."""
+        return {"best": self.record["best"], "best_kind": self.record.get("best_kind"),
+                "points": [{k: p[k] for k in ("scale", "fitness")} | ({"kind": p["kind"]} if "kind" in p else {})
+                           for p in self.record["points"]]}
+
+
+def sweep_stage(run: Run) -> Swept | None:
+    """The sweep of ``--sweep`` (and ``--base-sweep``), None without one. Reads the run's flags, fitness and
+    genome spec; writes ``sweep.json`` (``sweep.jsonl`` while it runs), ``sweep.png`` and, in a fresh run,
+    config.json's ``genome``; moves ``run.spec``'s start to the best factor and adds the sweep's forwards
+    to ``run.forwards``."""
+    from lpes_harness.evaluation.plots import plot_uniform_points
+
+    args = run.args
+    if not (args.sweep_values or args.base_sweep_values):
+        return None
+    record = load_or_run_sweep(run.output, args, run.fitness, run.spec)
+    run.spec = start_from(run.spec, args, record)
+    if not run.resume_search:
+        record_genome(run.record_path, run.spec)  # the genome the search starts from
+    swept = Swept(record, sweep_points(record, run.spec, args.scaling))
+    run.forwards["sweep"] = sum(p["forwards"] for p in swept.points)
+    plot_uniform_points(swept.points, run.output / "sweep.png", title="the sweep: uniform factors scored before the search")
+    return swept
+
+
+def uniform_label(kind: str, value: float, scaling: str) -> str:
+    """``uniform 0.8`` (one scaling), ``uniform position 0.8`` / ``uniform base 2`` (scaling both)."""
+    return f"uniform {kind} {value:g}" if SCALINGS[scaling].paired else f"uniform {value:g}"
+
+
+def uniform_scales(spec, scaling: str, kind: str, value: float) -> list[float]:
+    if not SCALINGS[scaling].paired:
+        return spec.uniform(value)
+    return spec.uniform_pair(**{kind: value})  # kind: the axis it moves, position or base
+
+
+def sweep_points(sweep: dict | None, spec, scaling: str) -> list[dict]:
+    """The sweep's points as scored uniform points (label, kind, value, scales, fitness, info, forwards)."""
+    points = []
+    for point in (sweep or {}).get("points", []):
+        kind = point.get("kind", SCALINGS[scaling].axes[0])
+        points.append({"label": uniform_label(kind, point["scale"], scaling), "kind": kind, "value": point["scale"],
+                       "scales": uniform_scales(spec, scaling, kind, point["scale"]), "fitness": point["fitness"],
+                       "info": point.get("info"), "forwards": forwards_of([point])})
+    return points

@@ -11,6 +11,8 @@ The factors come from the genome's own y grid, coarse to fine (both ends, then t
 then the quarters, ...), kinds interleaved, and each is raced against the best so far, so a
 factor that wrecks the model costs a few samples and the budget reaches far into the grid.
 Every scored point is appended to a journal as it comes: a killed run resumes where it stopped.
+
+:func:`uniform_stage` is the run's stage (``--uniform-tuning``), after the genetic search.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from lpes_harness.core.files import append_jsonl, read_jsonl
+from lpes_harness.core.scaling import SCALINGS
+from lpes_harness.search.run_context import Run
+from lpes_harness.search.run_record import UNIFORM_FILE, UNIFORM_JOURNAL, forwards_of
 from lpes_harness.search.sample_order import load_order_state, order_state
+from lpes_harness.search.sweep import Swept, uniform_label, uniform_scales
 
 
 def coarse_to_fine(values: Sequence[float]) -> list[float]:
@@ -94,3 +100,57 @@ def tune_uniform(evaluate: Callable, points: Sequence[dict], *, budget: int, for
             progress(record)
     chosen = best_point(done.values())
     return {"best": chosen, "points": list(done.values()), "forwards": used, "budget": budget}
+
+
+# ----------------------------------------------------------------------------- the run's uniform stage
+
+
+def uniform_grid(spec, scaling: str) -> list[dict]:
+    """Every uniform factor on the genome's y grid of each kind, coarse to fine, kinds interleaved."""
+    kinds = SCALINGS[scaling].axes
+    orders = []
+    for kind, half in zip(kinds, spec.halves()):
+        values = [half.y_of(j) for j in range(half.y_cells + 1)]
+        orders.append([{"label": uniform_label(kind, v, scaling), "kind": kind, "value": v,
+                        "scales": uniform_scales(spec, scaling, kind, v)} for v in coarse_to_fine(values)])
+    return interleave(*orders)
+
+
+def uniform_stage(run: Run, sweep: Swept | None, history: Sequence[dict], result: dict) -> dict | None:
+    """``--uniform-tuning``: the best uniform factor with at least the genetic search's forwards (``history``),
+    the sweep's points counted as scored; None without the flag. Writes ``uniform.json``, its journal
+    ``uniform_tuning.jsonl`` and ``uniform.png``; adds ``uniform`` to ``result`` and the stage's own forwards
+    to ``run.forwards``. Returns the best point."""
+    from lpes_harness.core.scales_file import write_scales_file
+    from lpes_harness.evaluation.plots import plot_uniform_points
+
+    if not run.args.uniform_tuning:
+        return None
+    output, fitness, spec, scaling = run.output, run.fitness, run.spec, run.args.scaling
+    budget = forwards_of(history)
+    known = sweep.points if sweep else []
+
+    def report(point):
+        info = point.get("info") or {}
+        print(f"  {point['label']}: fitness {point['fitness']:.4f}{' (raced out)' if info.get('raced') else ''}",
+              flush=True)
+
+    print(f"uniform factors: tuned with the search's fitness until they use the genetic search's {budget} forwards "
+          f"(the sweep's {sum(p['forwards'] for p in known)} count)", flush=True)
+    tuned = tune_uniform(fitness, uniform_grid(spec, scaling), budget=budget, forwards=lambda: fitness.samples_scored,
+                         known=known, journal=output / UNIFORM_JOURNAL, progress=report)
+    best = tuned["best"]
+    write_scales_file(output / UNIFORM_FILE, best["scales"], scaling=scaling, curve="uniform", kind=best["kind"],
+                      factor=best["value"], label=best["label"], fitness=best["fitness"],
+                      scores=(best.get("info") or {}).get("scores"), model=run.model_name, dtype=run.args.dtype_chosen,
+                      tuning={"forwards": tuned["forwards"], "budget": budget,
+                              "points": len(tuned["points"])})
+    # tuned["forwards"] counts the sweep's points it took as scored; result.json's "uniform" stage does not.
+    print(f"best uniform factor: {best['label']} (fitness {best['fitness']:.4f}, {len(tuned['points'])} factors, "
+          f"{tuned['forwards']} forwards with the sweep's {sum(p['forwards'] for p in known)}, for the GA's {budget}) "
+          f"-> {output / UNIFORM_FILE}", flush=True)
+    run.forwards["uniform"] = tuned["forwards"] - run.forwards["sweep"]
+    result["uniform"] = {k: best[k] for k in ("label", "kind", "value", "fitness", "scales")}
+    plot_uniform_points(tuned["points"], output / "uniform.png", chosen=best["label"],
+                        title=f"uniform factors, {tuned['forwards']} forwards (the search: {tuned['budget']})")
+    return best
