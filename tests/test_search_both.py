@@ -168,7 +168,7 @@ def test_pi_and_uniform_rows_of_a_both_curve():
 
 
 def test_the_curve_plot_of_a_both_genome(tmp_path):
-    from lpes_harness.evaluation.plots import plot_curve
+    from lpes_harness.search.curve_plot import plot_curve
 
     spec = SPECS["cpu-ranges"]
     genome = random_genome(spec, random.Random(1))

@@ -85,7 +85,7 @@ def test_fitness_plot_marks_raced_individuals_apart_and_keeps_them_out_of_the_me
     figures = []
     from lpes_harness.evaluation import plots  # the figures are drawn there (one plotting module for search and report)
 
-    monkeypatch.setattr(plots, "_save_figure", lambda figure, path: figures.append(figure))
+    monkeypatch.setattr(plots, "save_agg", lambda figure, path: figures.append(figure))
     search, _ = run(tmp_path, PlotCallback(tmp_path))
     axes = figures[-1].axes[0]
     lines = {line.get_label(): line for line in axes.get_lines()}

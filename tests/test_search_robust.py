@@ -615,7 +615,7 @@ def test_another_task_searches_alone_unless_its_own_conditions_are_given(capsys)
 def test_curve_png_is_redrawn_as_the_runs_chosen_curve(tmp_path, monkeypatch, kind):
     """During the search curve.png is each generation's best; the run ends with it showing what the
     validation chose, a uniform factor drawn as flat layer scales with the one-line verdict."""
-    from lpes_harness.evaluation import plots
+    from lpes_harness.search import curve_plot
     from lpes_harness.search import GenomeSpec
     from lpes_harness.search.selection import plot_chosen
     from lpes_harness.search.genome import initial_genome
@@ -626,7 +626,7 @@ def test_curve_png_is_redrawn_as_the_runs_chosen_curve(tmp_path, monkeypatch, ki
     chosen = (Candidate("uniform base 4.5", spec.uniform_pair(base=4.5), "uniform") if kind == "uniform"
               else Candidate("LPES #3", spec.scales(genome), "curve", genome=genome))
     drawn = []
-    monkeypatch.setattr(plots, "plot_curve", lambda path, spec, genome, scales, title, scaling:
+    monkeypatch.setattr(curve_plot, "plot_curve", lambda path, spec, genome, scales, title, scaling:
                         drawn.append((path.name, genome, list(scales), title)))
     plot_chosen(tmp_path, chosen, spec, "both", validated=True)
     (name, drawn_genome, scales, title), = drawn

@@ -1,7 +1,7 @@
 """Every figure of the search and the report, drawn with matplotlib's Agg canvas (no pyplot state).
 
-Search: :func:`plot_curve` (a genome's curve and layer scales), :func:`plot_fitness` (fitness by
-generation, raced-out individuals apart), :func:`plot_sweep` (the uniform-scale sweep).
+Search: :func:`plot_fitness` (fitness by generation, raced-out individuals apart), :func:`plot_sweep`
+(the uniform-scale sweep); a genome's curve is the search's own figure (:mod:`lpes_harness.search.curve_plot`).
 Held-out comparison: :func:`plot_paired` (accuracy by position with 95 % intervals). Report: :func:`plot_positions`, :func:`plot_scales`,
 :func:`plot_search`. Each figure is written atomically (:func:`lpes_harness.core.files.save_figure`).
 """
@@ -12,79 +12,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.core.files import save_figure
-from lpes_harness.core.scaling import AXES, DEFAULT, SCALINGS, axis_label
+from lpes_harness.core.scaling import AXES
 
 
-def _figure(*args, **kwargs):
+def new_figure(*args, **kwargs):
+    """A matplotlib Figure of no pyplot state (pyplot's global figures leak across a long search)."""
     from matplotlib.figure import Figure
 
     return Figure(*args, **kwargs)
 
 
-def _save_figure(figure, path: Path) -> None:
+def save_agg(figure, path: Path) -> None:
+    """Draw ``figure`` on an Agg canvas and write it atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(figure)  # Agg, without touching pyplot's global backend
     save_figure(figure, path)
-
-
-def plot_curve(path, spec, genome: Sequence[Sequence[float]], scales: Sequence[float], title: str | None = None,
-               scaling: str = DEFAULT) -> None:
-    """The curve, its control points and each layer's scale (``scaling``: what the scales multiply).
-
-    Scaling both (a spec with a base curve): two panels, the position curve over the base curve.
-    ``genome`` None: a uniform factor (no control points), the layer scales alone."""
-    if spec.both:
-        figure = _figure(figsize=(7, 6.5))
-        top, bottom = figure.subplots(2, 1, sharex=True)
-        half_scales = (scales[:spec.num_layers], scales[spec.num_layers:])
-        halves_points = spec.split(genome) if genome is not None else (None, None)
-        for axes, half, points, values, axis in zip((top, bottom), spec.halves(), halves_points, half_scales,
-                                                     SCALINGS[scaling].axes):
-            _draw_curve(axes, half, points, values, axis)
-        top.set_xlabel("")
-        top.set_title(title or "scaling both: each layer's position factor and RoPE base factor", fontsize=10)
-    else:
-        figure = _figure(figsize=(7, 4))
-        axes = figure.add_subplot()
-        _draw_curve(axes, spec, genome, scales, SCALINGS[scaling].axes[0])
-        if title:
-            axes.set_title(title, fontsize=10)
-    _save_figure(figure, Path(path))
-
-
-def _draw_curve(axes, spec, genome, scales, axis: str) -> None:
-    """One curve of :func:`plot_curve` on ``axes``; ``axis``: what its factors multiply (position, base)."""
-    import numpy as np
-
-    from lpes_harness.core.curves import bezier_eval, layer_positions
-
-    layers = np.arange(len(scales))
-    if genome is None:  # a uniform factor has no curve: every layer the same
-        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one factor, every layer)")
-    elif spec.brute_force:
-        axes.plot(layers, scales, "o-", ms=4, label="layer scales (one gene per layer)")
-    else:
-        points = np.asarray(genome, dtype=float)
-        x_layers = layer_positions(points, spec.num_layers)
-        if spec.curve == "bezier":
-            dense = bezier_eval(points, np.linspace(0, 1, 400))
-            axes.plot(dense[:, 0], dense[:, 1], "-", label="Bézier curve")
-            axes.plot(points[:, 0], points[:, 1], ":", color="gray", lw=1, label="control polygon")
-        elif spec.curve == "step":
-            axes.step(x_layers, scales, where="post", label="step curve")
-        else:
-            axes.plot(x_layers, scales, "-", label=f"{spec.curve} curve")
-        axes.plot(points[:, 0], points[:, 1], "s", ms=7, color="tab:red", label="control points")
-        axes.plot(x_layers, scales, "o", ms=4, color="black", label="layer scales")
-    if genome is None or spec.brute_force:
-        axes.set_xlabel("layer")
-    else:  # layers sit on the curve at evenly spaced x from P_0x to P_dx, not at x = h
-        axes.set_xlabel("x   (layer h at x_h = P0x + (Pdx - P0x) h / (L - 1))")
-    axes.set_ylabel(axis_label(axis))
-    axes.set_ylim(spec.y_min - 0.05, spec.y_max + 0.05)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
 
 
 def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
@@ -94,7 +37,7 @@ def plot_fitness(path, generation_stats: Sequence[dict]) -> None:
     only an upper bound) is an open marker of its own, and counts in no line. Statistics
     from runs before racing was told apart (no ``fitnesses`` key) show the lines only.
     """
-    figure = _figure(figsize=(6, 3.5))
+    figure = new_figure(figsize=(6, 3.5))
     axes = figure.add_subplot()
     generations = [s["generation"] for s in generation_stats]
     complete_x = [s["generation"] for s in generation_stats for _ in s.get("fitnesses") or ()]
@@ -123,14 +66,14 @@ def _save_by_generation(figure, axes, ylabel: str, path) -> None:
     axes.set_ylabel(ylabel)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    _save_figure(figure, Path(path))
+    save_agg(figure, Path(path))
 
 
 def plot_condition_scores(path, generation_stats: Sequence[dict]) -> None:
     """A search over conditions: each condition's score of the generation's best individual."""
     rows = [(s["generation"], s["best_scores"]) for s in generation_stats if isinstance(s.get("best_scores"), dict)]
     names = list(dict.fromkeys(name for _, scores in rows for name in scores))
-    figure = _figure(figsize=(6, 3.5))
+    figure = new_figure(figsize=(6, 3.5))
     axes = figure.add_subplot()
     for k, name in enumerate(names):
         points = [(g, scores[name]) for g, scores in rows if scores.get(name) is not None]
@@ -141,7 +84,7 @@ def plot_condition_scores(path, generation_stats: Sequence[dict]) -> None:
 def plot_uniform_points(points: Sequence[Mapping], path, chosen: str | None = None,
                         title: str = "uniform factors (search split)") -> None:
     """Fitness against a uniform factor, one line per kind (position, base); raced-out points hollow."""
-    figure = _figure(figsize=(5.6, 3.6))
+    figure = new_figure(figsize=(5.6, 3.6))
     axes = figure.add_subplot()
     def kind_of(point: Mapping) -> str:
         return point.get("kind", AXES[0])  # a point that names no kind moved positions
@@ -166,12 +109,12 @@ def plot_uniform_points(points: Sequence[Mapping], path, chosen: str | None = No
     axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    _save_figure(figure, Path(path))
+    save_agg(figure, Path(path))
 
 
 def plot_positions(series: Mapping[str, Sequence[tuple[int, float]]], title: str, path) -> None:
     """Accuracy (0..1, drawn in %) by gold position, one line per name."""
-    figure = _figure(figsize=(5, 3.5))
+    figure = new_figure(figsize=(5, 3.5))
     axes = figure.add_subplot()
     for name, points in series.items():
         points = [(p, 100 * value) for p, value in points]
@@ -182,12 +125,12 @@ def plot_positions(series: Mapping[str, Sequence[tuple[int, float]]], title: str
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend()
-    _save_figure(figure, Path(path))
+    save_agg(figure, Path(path))
 
 
 def plot_scales(curves: Mapping[str, Sequence[float]], path) -> None:
     """Each curve's scale per layer, with the identity (1) dashed."""
-    figure = _figure(figsize=(5, 3.5))
+    figure = new_figure(figsize=(5, 3.5))
     axes = figure.add_subplot()
     for name, scales in curves.items():
         axes.plot(range(len(scales)), scales, marker=".", label=name)
@@ -196,12 +139,12 @@ def plot_scales(curves: Mapping[str, Sequence[float]], path) -> None:
     axes.set_ylabel("layer factor (position scale; base factor for base-scaled curves)")
     axes.grid(alpha=0.3)
     axes.legend()
-    _save_figure(figure, Path(path))
+    save_agg(figure, Path(path))
 
 
 def plot_search(rows: Sequence[Mapping[str, float]], path) -> None:
     """Best and mean fitness, and smoothness of the best and of the population, by generation."""
-    figure = _figure(figsize=(9, 3.5))
+    figure = new_figure(figsize=(9, 3.5))
     fit_axes, smooth_axes = figure.subplots(1, 2)
     generations = [r["generation"] for r in rows]
     fit_axes.plot(generations, [r["best_fitness"] for r in rows], marker="o", label="best")
@@ -216,12 +159,12 @@ def plot_search(rows: Sequence[Mapping[str, float]], path) -> None:
     smooth_axes.legend()
     for axes in (fit_axes, smooth_axes):
         axes.grid(alpha=0.3)
-    _save_figure(figure, Path(path))
+    save_agg(figure, Path(path))
 
 
 def plot_sweep(sweep: Mapping, path: Path, best_curve: Sequence[float] | None = None) -> None:
     """Fitness against the uniform scale (raced-out points hollow); the searched curve's mean marked."""
-    figure = _figure(figsize=(5.6, 3.6))
+    figure = new_figure(figsize=(5.6, 3.6))
     axes = figure.add_subplot()
     complete = [p for p in sweep["points"] if not (p.get("info") or {}).get("raced")]
     raced = [p for p in sweep["points"] if (p.get("info") or {}).get("raced")]
@@ -237,13 +180,13 @@ def plot_sweep(sweep: Mapping, path: Path, best_curve: Sequence[float] | None = 
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    _save_figure(figure, path)
+    save_agg(figure, path)
 
 
 def plot_paired(table: Mapping, path: Path) -> None:
     """Accuracy by gold position with 95 % intervals, one line per method, side by side."""
     positions = table["positions"]
-    figure = _figure(figsize=(6.4, 4.0))
+    figure = new_figure(figsize=(6.4, 4.0))
     axes = figure.add_subplot()
     spread = 1.2  # percent points between methods, so the error bars do not overlap
     offset0 = -spread * (len(table["rows"]) - 1) / 2
@@ -261,4 +204,4 @@ def plot_paired(table: Mapping, path: Path) -> None:
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    _save_figure(figure, path)
+    save_agg(figure, path)

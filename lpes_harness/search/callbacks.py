@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from lpes_harness.core.files import append_jsonl, atomic_write_json, atomic_write_text, kill_point, read_jsonl
-from lpes_harness.evaluation.plots import plot_condition_scores, plot_curve, plot_fitness
+from lpes_harness.evaluation.plots import plot_condition_scores, plot_fitness
+from lpes_harness.search.curve_plot import plot_curve
 from lpes_harness.search.loop import Callback, GeneticSearch, cache_key
 from lpes_harness.search.run_record import forwards_of
 from lpes_harness.search.sample_order import load_order_state, order_state

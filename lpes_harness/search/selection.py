@@ -387,7 +387,7 @@ def _write_chosen(output: Path, chosen: Candidate, spec, args, model: str, valid
 def plot_chosen(output: Path, chosen: Candidate, spec, scaling: str, validated: bool) -> None:
     """``curve.png`` redrawn as the run's curve: during the search it showed each generation's best,
     which the validation may not have chosen (a uniform factor has no control points to draw)."""
-    from lpes_harness.evaluation.plots import plot_curve
+    from lpes_harness.search.curve_plot import plot_curve
 
     genome = None if chosen.is_uniform or not chosen.genome else chosen.genome
     how = "chosen on the validation split" if validated else "the search's best"
