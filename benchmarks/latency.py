@@ -52,9 +52,9 @@ PAPER_RATIOS = {"Ms-PoE": 1.45, "MoICE": 2.42, "Buckets": 4.76, "LPES": 1.00}
 # (latency_label: its method's label, and PI at base / both scaling as "PI base" / "PI both").
 PI_BASE, PI_BOTH = latency_label("PI", "base"), latency_label("PI", "both")
 METHODS = ("vanilla", "LPES", "LPES base", "LPES both", "PI", PI_BASE, PI_BOTH, "Ms-PoE", "Buckets", "MoICE",
-           "Positional hidden-state scaling", "Found in the Middle", "STRING")
+           "Positional hidden-state scaling", "Found in the Middle", "STRING", "PCD")
 # The methods with parameters of their own, which --setting may time at other values than their defaults.
-SETTABLE = ("Ms-PoE", "Buckets", "MoICE", "Positional hidden-state scaling", "Found in the Middle", "STRING")
+SETTABLE = ("Ms-PoE", "Buckets", "MoICE", "Positional hidden-state scaling", "Found in the Middle", "STRING", "PCD")
 
 
 def mdqa_prompts(n: int, num_docs: int = 10, seed: int = 0) -> list[str]:
@@ -147,7 +147,7 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
     """name -> (install, remove, next_logits) on the one loaded model: every method at its defaults, then
     each ``--setting`` (:func:`parse_setting`) under its own name."""
     from lpes_harness.core import rope
-    from lpes_harness.methods import buckets, fitm, moice, mspoe, poshidden, string_shift
+    from lpes_harness.methods import buckets, fitm, moice, mspoe, pcd, poshidden, string_shift
     from lpes_harness.core.models import cache_keyword
 
     def plain_next_logits(ids, mask, positions, cache):
@@ -160,6 +160,9 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
 
     def fitm_next_logits(ids, mask, positions, cache):
         return fitm.forward_logits(model, ids, mask, positions, cache, last_only=True)
+
+    def pcd_next_logits(ids, mask, positions, cache):
+        return pcd.forward_logits(model, ids, mask, positions, cache, last_only=True)
 
     def none(_model=None):
         return None
@@ -183,6 +186,7 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
         "Positional hidden-state scaling": hidden_scaling,
         "Found in the Middle": lambda **a: installed(fitm, fitm_next_logits, dummy_ids=dummy_ids, **a),
         "STRING": lambda **a: installed(string_shift, plain_next_logits, **{"shifted_offset": string_offset, **a}),
+        "PCD": lambda **a: installed(pcd, pcd_next_logits, **a),
     }
     assert set(settable) == set(SETTABLE)
 
@@ -207,6 +211,7 @@ def make_methods(model, tokenizer, scales: list[float], gates: str | None, poshi
                                                           channels=None if poshidden_setting else "0"),
         "Found in the Middle": settable["Found in the Middle"](),
         "STRING": settable["STRING"](),
+        "PCD": settable["PCD"](),
     } | {name: settable[label](**arguments) for name, label, arguments in map(parse_setting, settings)}
 
 

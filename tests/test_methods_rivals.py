@@ -14,10 +14,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from lm_eval.api.instance import Instance
-from lm_eval.models.huggingface import HFLM
 from conftest import converted_bundled_model
-from tiny_models import assert_same_greedy_steps, logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
+from tiny_models import LM_REQUESTS, lm_generations, lm_loglikelihoods, plain_lm_answers, assert_same_greedy_steps, logits, random_ids, tiny_family_model, tiny_gemma3, tiny_model, tiny_tokenizer
 
 from lpes_harness.methods import fitm, poshidden, string_shift
 
@@ -623,9 +621,6 @@ def test_the_measurement_command_with_a_task_writes_the_selections_channel_and_f
 
 # ----------------------------------------------------------------------------- through lm-eval
 
-REQUESTS = [("The quick brown fox jumps over", " the lazy"), ("Lost in the middle of a long text", " it is"),
-            ("abc def ghi", "jkl!")]
-PROMPTS = ["Once upon a time, far away,", "The key 1234 has value", "xyz uvw rst"]
 LMS = {
     "poshidden": (lambda p, **kw: PosHiddenLM(pretrained=p, device="cpu", layers="0:", **kw), {"channels": "3;17", "factor": 1},
                   {"channels": "3;17", "factor": -1}),
@@ -643,35 +638,25 @@ def checkpoint(tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny_llama"), "llama")
 
 
-def _loglikelihoods(lm):
-    return lm.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(REQUESTS)], disable_tqdm=True)
-
-
-def _generations(lm):
-    args = {"until": ["\n\n\n"], "max_gen_toks": 6, "do_sample": False}
-    return lm.generate_until([Instance("generate_until", {}, (p, args), i) for i, p in enumerate(PROMPTS)], disable_tqdm=True)
-
-
 @pytest.fixture(scope="module")
 def plain_answers(checkpoint):
-    lm = HFLM(pretrained=checkpoint, device="cpu", batch_size=3)
-    return _loglikelihoods(lm), _generations(lm)
+    return plain_lm_answers(checkpoint)
 
 
 @pytest.mark.parametrize("rival", sorted(LMS))
 def test_identity_through_lm_eval_gives_the_plain_models_answers(checkpoint, plain_answers, rival):
     make, identity, _ = LMS[rival]
     lm = make(checkpoint, batch_size=3, **identity)
-    assert (_loglikelihoods(lm), _generations(lm)) == plain_answers
+    assert (lm_loglikelihoods(lm), lm_generations(lm)) == plain_answers
 
 
 @pytest.mark.parametrize("rival", sorted(LMS))
 def test_a_real_setting_through_lm_eval_batched_equals_unbatched(checkpoint, plain_answers, rival):
     make, _, setting = LMS[rival]
     one, many = make(checkpoint, batch_size=1, **setting), make(checkpoint, batch_size=3, **setting)
-    scores = _loglikelihoods(one)
-    assert [s for s, _ in _loglikelihoods(many)] == pytest.approx([s for s, _ in scores], abs=1e-4)
-    assert _generations(many) == _generations(one)
+    scores = lm_loglikelihoods(one)
+    assert [s for s, _ in lm_loglikelihoods(many)] == pytest.approx([s for s, _ in scores], abs=1e-4)
+    assert lm_generations(many) == lm_generations(one)
     assert [s for s, _ in scores] != pytest.approx([s for s, _ in plain_answers[0]], abs=1e-4)
 
 
@@ -696,18 +681,20 @@ def test_answer_starts_are_each_rows_last_context_token_and_a_foreign_row_its_la
 def test_loglikelihood_changes_the_queries_from_the_prompts_last_token(checkpoint):
     """poshidden_hf's loglikelihood is the model's forward with the answer's queries changed."""
     lm = PosHiddenLM(pretrained=checkpoint, device="cpu", layers="0:", channels="3;17", factor=-1)
-    (context, continuation), = REQUESTS[:1]
+    (context, continuation), = LM_REQUESTS[:1]
     ctx, cont = lm.tok_encode(context), lm.tok_encode(continuation)
     row = torch.tensor([ctx + cont[:-1]])
     with poshidden.answer_queries_from(lm.model, len(ctx) - 1), torch.no_grad():
         log_probs = torch.log_softmax(lm.model(row).logits[0, len(ctx) - 1 :].float(), -1)
     expected = log_probs[torch.arange(len(cont)), torch.tensor(cont)].sum().item()
-    assert _loglikelihoods(lm)[0][0] == pytest.approx(expected, abs=1e-5)
+    assert lm_loglikelihoods(lm)[0][0] == pytest.approx(expected, abs=1e-5)
 
 
 # ----------------------------------------------------------------------------- the bar, on the bundled SmolLM2
 
-IDENTITY_ARGS = {"poshidden_hf": "channels=100,factor=1", "fitm_hf": "strength=0", "string_hf": "shifted_offset=0"}
+# PCD (issue #97, tests/test_methods_pcd.py) is a rival too: its identity through plain lm_eval is checked here.
+IDENTITY_ARGS = {"poshidden_hf": "channels=100,factor=1", "fitm_hf": "strength=0", "string_hf": "shifted_offset=0",
+                 "pcd_hf": "weight=0"}
 
 
 # A fifth of the default text (~300 tokens instead of ~1,000): identity is identity at any length, and

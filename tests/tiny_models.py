@@ -188,3 +188,32 @@ def tiny_gemma3(seed: int = 0, attn_implementation: str = "sdpa", theta_factor: 
         "Gemma3TextConfig", "Gemma3ForCausalLM", seed=seed, attn_implementation=attn_implementation,
         head_dim=16, sliding_window=8, query_pre_attn_scalar=24, layer_types=GEMMA3_TYPES, rope_parameters=rope,
     )
+
+
+# ----------------------------------------------------------------------------- a method through lm-eval
+# The same few requests for every method's lm-eval model: loglikelihoods and greedy generations on a tiny
+# checkpoint, compared with plain HFLM's (the identity) or with the method's definition.
+LM_REQUESTS = [("The quick brown fox jumps over", " the lazy"), ("Lost in the middle of a long text", " it is"),
+               ("abc def ghi", "jkl!")]
+LM_PROMPTS = ["Once upon a time, far away,", "The key 1234 has value", "xyz uvw rst"]
+
+
+def lm_loglikelihoods(lm):
+    from lm_eval.api.instance import Instance
+
+    return lm.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(LM_REQUESTS)], disable_tqdm=True)
+
+
+def lm_generations(lm):
+    from lm_eval.api.instance import Instance
+
+    args = {"until": ["\n\n\n"], "max_gen_toks": 6, "do_sample": False}
+    return lm.generate_until([Instance("generate_until", {}, (p, args), i) for i, p in enumerate(LM_PROMPTS)], disable_tqdm=True)
+
+
+def plain_lm_answers(checkpoint):
+    """Plain HFLM's loglikelihoods and generations of :data:`LM_REQUESTS` / :data:`LM_PROMPTS`."""
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=checkpoint, device="cpu", batch_size=3)
+    return lm_loglikelihoods(lm), lm_generations(lm)

@@ -7,7 +7,10 @@
 - ``poshidden_hf`` (:class:`PosHiddenLM`): a setting file, and the answer's first column in
   ``loglikelihood`` (:class:`~.hflm.RightPaddedRowsMixin`);
 - ``fitm_hf`` (:class:`FitMLM`): the dummy span's tokens, K dummy copies beside every input,
-  the answer's first column, and its own greedy decoding loop.
+  the answer's first column, and its own greedy decoding loop;
+- ``pcd_hf`` (:class:`PCDLM`): the model and its lowered-base copy beside every input, logits
+  contrasted, in its own ``loglikelihood`` (logits only at the answers) and greedy decoding loop;
+  HFLM's own paths at the identity.
 
 Each is :class:`~.method_lm.MethodLM` for its entry of :data:`lpes_harness.methods.METHODS`
 (``--model_args``: HFLM's and the method's) plus what it overrides. Ms-PoE's and Buckets' arguments
@@ -26,7 +29,7 @@ from lm_eval.models.utils_hf import stop_sequences_criteria
 
 from lpes_harness.lmeval.hflm import AnswerLogitsLoglikelihoodMixin, RightPaddedRowsMixin
 from lpes_harness.lmeval.method_lm import MethodLM
-from lpes_harness.methods import buckets, fitm, mspoe, poshidden
+from lpes_harness.methods import buckets, fitm, mspoe, pcd, poshidden
 from lpes_harness.methods.arguments import MethodError
 
 
@@ -171,3 +174,50 @@ class FitMLM(RightPaddedRowsMixin, MethodLM):
 
     def method_info(self) -> dict:
         return {"fitm": dict(self._fitm, region=list(self._fitm["region"]))}
+
+
+class PCDLM(AnswerLogitsLoglikelihoodMixin, MethodLM):
+    """HFLM decoding from the contrast of the model's logits with a lowered-RoPE-base copy's (PCD).
+
+    ``--model_args``: ``base_ratio`` (the copy's base over theta, each layer type's on Gemma-3; default 0.1),
+    ``weight`` (default 0.5; 0 is the plain model); every HFLM argument. At the identity nothing is
+    installed and every request takes HFLM's own path: vanilla's answers, bit for bit.
+    """
+
+    method = "pcd"
+
+    def after_load(self, arguments: dict) -> None:
+        self._pcd = dict(zip(("base_ratio", "weight"), pcd.check_arguments(**arguments)))
+        if not pcd.is_identity(**self._pcd):
+            pcd.install(self.model, **self._pcd)
+
+    def _installed(self) -> bool:
+        return pcd.SLOT.find(self.model) is not None
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        if not self._installed():
+            return MethodLM.loglikelihood(self, requests, disable_tqdm=disable_tqdm)
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+
+    def answer_logits(self, input_ids, rows, columns):
+        """``loglikelihood``'s logits: the two copies contrasted at the answer positions only."""
+        with torch.no_grad():
+            return pcd.answer_logits(self.model, input_ids, rows, columns)
+
+    def _model_call(self, inps, attn_mask=None, labels=None):
+        if not self._installed():
+            return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+        with torch.no_grad():
+            return pcd.forward_logits(self.model, inps)
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        if not self._installed():
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+        _greedy_only("pcd_hf", generation_kwargs)
+        criteria = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        with torch.no_grad():
+            return pcd.generate(self.model, context, attention_mask=generation_kwargs.get("attention_mask"),
+                                max_length=max_length, stopping_criteria=criteria, pad_token_id=self.tokenizer.pad_token_id)
+
+    def method_info(self) -> dict:
+        return {"pcd": pcd.settings(self.model) if self._installed() else {**self._pcd, "plain": True}}

@@ -155,6 +155,15 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                        Parameter("attention_factor", default=1 + 0.1 * math.log(2), identity=None, low=0.1, high=10.0,
                                  help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2")),
            grid={"shifted_offset": (128, 256, 384, 512), "local_window": (32, 64, 128)}),
+    Method("pcd", "PCD", "Positional contrastive decoding (Xiao et al. 2025): the logits L contrasted with those "
+           "L' of a copy whose RoPE base is lowered to r x theta (local-aware attention): L + w (L - L')",
+           "lpes_harness.methods.pcd", "pcd_hf", f"{_OWN_LM}:PCDLM",
+           (Parameter("base_ratio", default=0.1, identity=1.0, low=0.0, low_open=True, high=1.0,
+                      help="r = B'/B: the local-aware copy's RoPE base as a share of theta (of each layer type's)"),
+            Parameter("weight", default=0.5, identity=0.0, low=0.0, high=10.0,
+                      help="w, the contrast's weight (0: the plain model)")),
+           forwards="2: the model and its lowered-base copy, as 2 rows of one batch",
+           grid={"base_ratio": (0.02, 0.1, 0.3), "weight": (0.25, 0.5, 1.0)}),
 )}
 
 

@@ -166,23 +166,8 @@ def answer_logits(model: nn.Module, input_ids, rows, columns) -> torch.Tensor:
     return merge_logits(output_layer(model, hidden))
 
 
-def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, max_new_tokens=None, stopping_criteria=None, pad_token_id=None):
+def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, max_new_tokens=None,
+             stopping_criteria=None, pad_token_id=None):
     """Greedy decoding of the merged K copies, with one KV cache holding all of them."""
-    from transformers import DynamicCache
-
-    if max_length is None:
-        max_length = input_ids.shape[1] + (max_new_tokens or 20)
-
-    def next_logits(step_ids, mask, positions, cache):
-        return forward_logits(model, step_ids, mask, positions, cache, last_only=True)
-
-    return decoding.greedy_generate(
-        next_logits,
-        lambda: DynamicCache(config=model.config),
-        input_ids,
-        attention_mask,
-        max_length,
-        eos_token_ids=decoding.eos_ids(model),
-        pad_token_id=pad_token_id,
-        stopping_criteria=stopping_criteria,
-    )
+    return decoding.generate_with(forward_logits, model, input_ids, attention_mask, max_length, max_new_tokens,
+                                  stopping_criteria, pad_token_id)

@@ -56,3 +56,21 @@ def eos_ids(model: nn.Module) -> list[int]:
     if eos is None:
         return []
     return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+
+def generate_with(forward_logits, model: nn.Module, input_ids, attention_mask=None, max_length=None,
+                  max_new_tokens=None, stopping_criteria=None, pad_token_id=None) -> torch.Tensor:
+    """``generate(do_sample=False)`` for a method whose logits come from its own
+    ``forward_logits(model, ids, mask, positions, cache, last_only=True)``: one ``DynamicCache`` holds every
+    copy the method runs (Buckets' K bases, FitM's dummy copies, PCD's two)."""
+    from transformers import DynamicCache
+
+    if max_length is None:
+        max_length = input_ids.shape[1] + (max_new_tokens or 20)
+
+    def next_logits(step_ids, mask, positions, cache):
+        return forward_logits(model, step_ids, mask, positions, cache, last_only=True)
+
+    return greedy_generate(next_logits, lambda: DynamicCache(config=model.config), input_ids, attention_mask,
+                           max_length, eos_token_ids=eos_ids(model), pad_token_id=pad_token_id,
+                           stopping_criteria=stopping_criteria)

@@ -252,17 +252,8 @@ def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_id
 def generate(model: nn.Module, input_ids, attention_mask=None, max_length=None, max_new_tokens=None,
              stopping_criteria=None, pad_token_id=None):
     """Greedy decoding, the dummy copies decoding the real rows' tokens, one KV cache for all."""
-    from transformers import DynamicCache
-
-    if max_length is None:
-        max_length = input_ids.shape[1] + (max_new_tokens or 20)
-
-    def next_logits(step_ids, mask, positions, cache):
-        return forward_logits(model, step_ids, mask, positions, cache, last_only=True)
-
-    return decoding.greedy_generate(next_logits, lambda: DynamicCache(config=model.config), input_ids, attention_mask,
-                                    max_length, eos_token_ids=decoding.eos_ids(model), pad_token_id=pad_token_id,
-                                    stopping_criteria=stopping_criteria)
+    return decoding.generate_with(forward_logits, model, input_ids, attention_mask, max_length, max_new_tokens,
+                                  stopping_criteria, pad_token_id)
 
 
 def install(model: nn.Module, strength: float = 1.0, temperature: float = 5e-5, num_spans: int = 10, region: Any = None,
