@@ -233,3 +233,118 @@ def test_margin_loss_is_the_gold_tokens_lead_over_the_closest_other_needle():
         assert float(sample_loss(model, base)) == pytest.approx(-float(log_probs.gather(
             -1, torch.tensor(gold)[:, None]).sum()), rel=1e-6)
         assert math.isfinite(float(sample_loss(model, sample, "margin")))
+
+
+# ----------------------------------------------------------------------------- samples from a position task
+
+# A chat template of the tiny tokenizer's characters: the prompts below go through it as the task prefers.
+TINY_CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]: {{ m['content'] }}\n{% endfor %}"
+                      "{% if add_generation_prompt %}[assistant]: {% endif %}")
+SMALL_NEEDLES = ConditionRange(num_sentences=(3, 8), needles=(2, 4))
+
+
+@pytest.fixture(scope="module")
+def chat_checkpoint(tmp_path_factory):
+    """A tiny Llama behind the character-level tokenizer, with a chat template, long enough for whole prompts."""
+    from tiny_models import tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-chat")
+    model = tiny_model("llama", max_position_embeddings=4096)
+    model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = 1, 2, 0
+    model.save_pretrained(path)
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def load_lm(checkpoint):
+    from lpes_harness.lmeval.lpes_lm import LPESLM
+
+    return LPESLM(pretrained=checkpoint, device="cpu", dtype="float32")
+
+
+def chars(lm, ids) -> str:
+    return "".join(lm.tokenizer.convert_ids_to_tokens(list(ids)))
+
+
+def fed_tokens(lm, task, condition):
+    """The tokens the position scorer's forwards read for one condition's document, in order."""
+    from lpes_harness.lmeval.position_scorer import PositionScorer
+
+    percent, index = condition["gold_percent"], condition["sample"]
+    options = {k: v for k, v in condition.items() if k not in ("sample", "gold_percent")}
+    scorer = PositionScorer(lm, task, [percent], metadata=options, split="search", num_samples=index + 1)
+    fed = []
+
+    def record(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        fed.extend(ids[0].tolist())
+
+    handle = lm.model.get_decoder().register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        scorer.scores(percent, [index])
+    finally:
+        handle.remove()
+    return fed, scorer.docs[percent][index]
+
+
+def test_position_samples_are_the_scorers_tokens_with_the_gold_and_the_other_needles_values(chat_checkpoint):
+    import re
+
+    from lpes_harness.search.gradient_samples import position_token_samples
+
+    lm = load_lm(chat_checkpoint)
+    conditions = draw_conditions(5, 4, SMALL_NEEDLES)
+    built = position_token_samples(lm, "multi_needle", "search", conditions, (0, 50, 100), seed=3)
+    assert [s.condition["sample"] for s in built] == [0, 1, 2, 3]
+    assert {s.condition["gold_percent"] for s in built} == {0, 50, 100}
+    for sample, condition in zip(built, conditions):
+        assert {k: v for k, v in sample.condition.items() if k != "gold_percent"} == condition
+        fed, doc = fed_tokens(lm, "multi_needle", sample.condition)
+        # lm-eval reads (prompt + answer) less its last token: the same ids, the chat template included.
+        assert fed == list(sample.prompt + sample.answer)[:-1]
+        assert "[user]: " in chars(lm, sample.prompt) and doc["answer_prefix"] in chars(lm, sample.prompt)
+        assert doc["num_items"] == condition["num_sentences"] + condition["num_needles"]  # the drawn options
+        assert chars(lm, sample.answer).strip() == doc["target"] == doc["answers"][0]
+        # The other needles' numbers, read from the document's own text: every city but the asked one.
+        cities = doc["distractor_cities"].split(",")
+        numbers = {city: re.search(rf"The special magic number for {city} is (\d+)\.", doc["prompt"]).group(1)
+                   for city in cities}
+        assert len(cities) == condition["num_needles"] - 1 and doc["city"] not in cities
+        assert sorted(chars(lm, o).strip() for o in sample.others) == sorted(numbers.values())
+        # Tokenised as the answer is, after the same prompt: a 7-digit number, as many tokens.
+        assert all(len(o) == len(sample.answer) for o in sample.others)
+
+
+def test_position_samples_are_reproducible_from_their_seed_and_empty_of_others_where_items_hold_no_answer(
+        chat_checkpoint):
+    from lpes_harness.search.gradient_samples import gold_percents, position_token_samples
+
+    lm = load_lm(chat_checkpoint)
+    conditions = draw_conditions(5, 6, SMALL_NEEDLES)
+    first = position_token_samples(lm, "multi_needle", "search", conditions, (0, 50, 100), seed=3)
+    assert position_token_samples(lm, "multi_needle", "search", conditions, (0, 50, 100), seed=3) == first
+    # Every position its share, in an order the seed picks.
+    assert sorted(s.condition["gold_percent"] for s in first) == [0, 0, 50, 50, 100, 100]
+    assert any(gold_percents(6, (0, 50, 100), s) != gold_percents(6, (0, 50, 100), 3) for s in range(4, 9))
+    needle = position_token_samples(lm, "needle", "search", [{"num_sentences": 6}] * 2, (0, 100), seed=3)
+    assert [s.others for s in needle] == [(), ()] and [s.condition["sample"] for s in needle] == [0, 1]
+
+
+def test_one_gradient_step_on_position_samples(chat_checkpoint):
+    from lpes_harness.search.gradient_samples import position_token_samples
+
+    lm = load_lm(chat_checkpoint)
+    built = position_token_samples(lm, "multi_needle", "search", draw_conditions(5, 3, SMALL_NEEDLES), (0, 50, 100),
+                                   seed=3)
+    rope.remove(lm.model)  # lpes_hf installs its float hooks; the gradient path is its own
+    family = PerLayer("position", L, BOUNDS)
+    result = gradient_search(lm.model, built, family,
+                             GradientConfig(budget_forwards=2 * 3 * FORWARDS_PER_SAMPLE_STEP, loss="margin"))
+    assert len(result.history) == 2 and result.forwards == 2 * 3 * FORWARDS_PER_SAMPLE_STEP
+    with torch.no_grad():
+        plain = sum(float(sample_loss(lm.model, s, "margin")) for s in built) / 3
+    assert result.history[0].loss == pytest.approx(plain, rel=1e-5) and math.isfinite(result.history[1].loss)
+    assert result.history[1].factors != result.history[0].factors  # the step moved the factors
+    assert all(BOUNDS.low <= f <= BOUNDS.high for f in result.history[1].factors)
