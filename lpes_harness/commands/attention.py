@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lpes_harness.commands import flags
-from lpes_harness.evaluation.inputs import encode, load_model, prompts_from_args, write_json
+from lpes_harness.evaluation.inputs import encode, load_model, prompts_from_args, write_results
 from lpes_harness.evaluation.middle_attention import plot, run
 
 
@@ -41,12 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, tokenizer = load_model(args)
     inputs = encode(tokenizer, prompts_from_args(args), args.max_tokens)
     results = run(model, inputs, scales)
-    out = Path(args.out)
-    write_json(out / "attention.json", results)
-    plot(results, out / "attention.png")
+    json_path, png_path = write_results(Path(args.out), "attention", results, plot)
     for scale, entry in results["scales"].items():
         print(f"scale {float(scale):g}: middle-third mass {entry['mean_over_layers']:.4f} (mean over layers)")
-    print(f"wrote {out / 'attention.json'} and {out / 'attention.png'}")
+    print(f"wrote {json_path} and {png_path}")
     return 0
 
 

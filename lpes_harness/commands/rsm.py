@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lpes_harness.commands import flags
-from lpes_harness.evaluation.inputs import encode, load_model, prompts_from_args, write_json
+from lpes_harness.evaluation.inputs import encode, load_model, prompts_from_args, write_results
 from lpes_harness.evaluation.representation_structure import plot, run, scale_variants
 
 
@@ -61,12 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     scales = base_scales(args, rope.num_layers(model))
     inputs = encode(tokenizer, prompts_from_args(args), args.max_tokens)
     results = run(model, inputs, scale_variants(scales, range(args.seeds), args.y_min, args.y_max, args.noise))
-    out = Path(args.out)
-    write_json(out / "rsm.json", results)
-    plot(results, out / "rsm.png")
+    json_path, png_path = write_results(Path(args.out), "rsm", results, plot)
     for name, entry in results["variants"].items():
         print(f"{name:>9}: deviation {entry['mean']:.4f} ± {entry['std']:.4f} over {len(entry['deviations'])} run(s)")
-    print(f"wrote {out / 'rsm.json'} and {out / 'rsm.png'}")
+    print(f"wrote {json_path} and {png_path}")
     return 0
 
 

@@ -85,8 +85,12 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_json(path, data, indent=2)
+def write_results(out: Path, name: str, results: Any, plot) -> tuple[Path, Path]:
+    """An analysis's ``out/<name>.json`` and its figure ``out/<name>.png`` (drawn by ``plot(results, path)``)."""
+    json_path, png_path = out / f"{name}.json", out / f"{name}.png"
+    atomic_write_json(json_path, results, indent=2)
+    plot(results, png_path)
+    return json_path, png_path
 
 
 def pyplot():
