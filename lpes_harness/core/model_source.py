@@ -28,6 +28,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from lpes_harness.core.gguf_header import SCALARS, VERSIONS, CutShort, GGUFHeader
 from lpes_harness.core.models import PACKAGED_MODELS, packaged_model
 
 ACCEPTED = (f"give a packaged model ({', '.join(PACKAGED_MODELS)}), a folder with config.json, a .gguf file "
@@ -94,13 +95,7 @@ def _looks_like_a_hub_id(text: str) -> bool:
 
 # ----------------------------------------------------------------------------- a GGUF file's layout
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 _DEFAULT_ALIGNMENT = 32
-
-
-class _CutShort(Exception):
-    pass
 
 
 def gguf_problem(path: str | os.PathLike) -> str | None:
@@ -112,10 +107,10 @@ def gguf_problem(path: str | os.PathLike) -> str | None:
         with open(path, "rb", buffering=1 << 20) as handle:
             if handle.read(4) != b"GGUF":
                 return "is not a GGUF file (it does not start with the bytes 'GGUF')"
-            needed = _data_end(handle)
+            needed = _data_end(GGUFHeader(handle))
     except OSError as err:
         return f"cannot be read ({err.strerror or err})"
-    except _CutShort:
+    except CutShort:
         return f"is cut short: its {size} bytes end inside the header (an interrupted download or copy?)"
     except (ValueError, UnicodeDecodeError, struct.error) as err:
         return f"has a header that does not parse ({err})"
@@ -125,59 +120,25 @@ def gguf_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
-def _data_end(handle) -> int:
+def _data_end(header: GGUFHeader) -> int:
     """The byte where the last tensor's data ends, from the header (version 2 or 3)."""
-
-    def read(fmt: str):
-        length = struct.calcsize(fmt)
-        data = handle.read(length)
-        if len(data) != length:
-            raise _CutShort
-        return struct.unpack(fmt, data)[0]
-
-    def skip(count: int) -> None:
-        # A seek past the end succeeds: the read after it, or the size check at the end, finds the cut.
-        handle.seek(count, os.SEEK_CUR)
-
-    def read_string() -> str:
-        length = read("<Q")
-        data = handle.read(length)
-        if len(data) != length:
-            raise _CutShort
-        return data.decode("utf-8")
-
-    def skip_value(value_type: int) -> None:
-        if value_type == _STRING:
-            skip(read("<Q"))
-        elif value_type == _ARRAY:
-            item_type, count = read("<I"), read("<Q")
-            if item_type in _SCALARS:
-                skip(struct.calcsize(_SCALARS[item_type]) * count)
-            else:
-                for _ in range(count):
-                    skip_value(item_type)
-        elif value_type in _SCALARS:
-            skip(struct.calcsize(_SCALARS[value_type]))
-        else:
-            raise ValueError(f"unknown value type {value_type}")
-
-    version = read("<I")
-    if version not in (2, 3):
+    version = header.read("<I")
+    if version not in VERSIONS:
         raise ValueError(f"GGUF version {version}; versions 2 and 3 are read")
-    tensor_count, kv_count = read("<Q"), read("<Q")
+    tensor_count, kv_count = header.read("<Q"), header.read("<Q")
     alignment = _DEFAULT_ALIGNMENT
     for _ in range(kv_count):
-        key, value_type = read_string(), read("<I")
-        if key == "general.alignment" and value_type in _SCALARS:
-            alignment = int(read(_SCALARS[value_type])) or _DEFAULT_ALIGNMENT
+        key, value_type = header.read_string(), header.read("<I")
+        if key == "general.alignment" and value_type in SCALARS:
+            alignment = int(header.read(SCALARS[value_type])) or _DEFAULT_ALIGNMENT
         else:
-            skip_value(value_type)
+            header.skip_value(value_type)
     tensors = []
     for _ in range(tensor_count):
-        read_string()
-        dims = [read("<Q") for _ in range(read("<I"))]
-        tensors.append((dims, read("<I"), read("<Q")))
-    start = -(-handle.tell() // alignment) * alignment
+        header.read_string()
+        dims = [header.read("<Q") for _ in range(header.read("<I"))]
+        tensors.append((dims, header.read("<I"), header.read("<Q")))
+    start = -(-header.handle.tell() // alignment) * alignment
     return start + max((offset + _tensor_bytes(dims, kind) for dims, kind, offset in tensors), default=0)
 
 

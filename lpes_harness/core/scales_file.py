@@ -201,51 +201,23 @@ def _model_layer_info(pretrained, gguf_file, revision) -> dict | None:
     return None
 
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-
 def gguf_block_count(path: str | os.PathLike) -> int | None:
-    """``<architecture>.block_count`` from a GGUF file's header, read up to that key only.
-
-    (``gguf.GGUFReader`` would parse the whole tokenizer too: seconds instead of milliseconds.)
-    """
-    import struct
+    """``<architecture>.block_count`` from a GGUF file's header, read up to that key only
+    (:mod:`lpes_harness.core.gguf_header`: milliseconds, where ``gguf.GGUFReader`` takes seconds)."""
+    from lpes_harness.core.gguf_header import SCALARS, STRING, VERSIONS, GGUFHeader
 
     with open(path, "rb") as handle:
-
-        def read(fmt):
-            size = struct.calcsize(fmt)
-            data = handle.read(size)
-            if len(data) != size:
-                raise EOFError(path)
-            return struct.unpack(fmt, data)[0]
-
-        def read_string():
-            return handle.read(read("<Q")).decode("utf-8", errors="replace")
-
-        def skip(value_type):
-            if value_type == 8:
-                handle.seek(read("<Q"), os.SEEK_CUR)
-            elif value_type == 9:
-                item_type, count = read("<I"), read("<Q")
-                if item_type in _GGUF_SCALARS:
-                    handle.seek(struct.calcsize(_GGUF_SCALARS[item_type]) * count, os.SEEK_CUR)
-                else:
-                    for _ in range(count):
-                        skip(item_type)
-            else:
-                handle.seek(struct.calcsize(_GGUF_SCALARS[value_type]), os.SEEK_CUR)
-
-        if handle.read(4) != b"GGUF" or read("<I") not in (2, 3):
+        header = GGUFHeader(handle, errors="replace")
+        if handle.read(4) != b"GGUF" or header.read("<I") not in VERSIONS:
             return None
-        read("<Q")  # tensor count
+        header.read("<Q")  # tensor count
         architecture = None
-        for _ in range(read("<Q")):
-            key, value_type = read_string(), read("<I")
-            if key == "general.architecture" and value_type == 8:
-                architecture = read_string()
-            elif architecture and key == f"{architecture}.block_count" and value_type in _GGUF_SCALARS:
-                return int(read(_GGUF_SCALARS[value_type]))
+        for _ in range(header.read("<Q")):
+            key, value_type = header.read_string(), header.read("<I")
+            if key == "general.architecture" and value_type == STRING:
+                architecture = header.read_string()
+            elif architecture and key == f"{architecture}.block_count" and value_type in SCALARS:
+                return int(header.read(SCALARS[value_type]))
             else:
-                skip(value_type)
+                header.skip_value(value_type)
     return None
