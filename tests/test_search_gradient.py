@@ -142,6 +142,39 @@ def test_projection_keeps_every_factor_inside_its_bounds_under_a_huge_learning_r
     assert {0.5, 2.0} & set(seen)
 
 
+@pytest.mark.parametrize("make", [PerLayer, Lines], ids=["per-layer", "lines"])
+def test_each_axis_keeps_its_own_bounds(make):
+    """``both`` with the search's two ranges: position factors in [0.5, 2], base factors in [0.8, 1.25]."""
+    family = make("both", L, [Bounds(0.5, 2.0), Bounds(0.8, 1.25)])
+    config = GradientConfig(lr=50.0, budget_forwards=4 * 2 * FORWARDS_PER_SAMPLE_STEP)
+    result = gradient_search(tiny_model("llama"), samples(count=2), family, config)
+    for step in result.history[1:]:
+        positions, bases = step.factors[:L], step.factors[L:]
+        assert all(0.5 <= f <= 2.0 for f in positions) and all(0.8 <= f <= 1.25 for f in bases)
+    seen = {f for step in result.history for f in step.factors}
+    assert seen & {0.5, 2.0} and seen & {0.8, 1.25}  # both ranges were pressed on
+    with pytest.raises(ValueError, match="one per axis"):
+        make("both", L, [Bounds(0.5, 2.0)])
+
+
+def test_a_resumed_search_ends_as_the_uninterrupted_one(tmp_path):
+    """The state after step 2 (as JSON, as a run folder keeps it), resumed: the same steps, losses and factors."""
+    import json
+
+    model = tiny_model("llama")
+    family = Lines("both", L, [Bounds(0.5, 2.0), Bounds(0.5, 4.0)])
+    config = GradientConfig(lr=0.2, budget_forwards=5 * 2 * FORWARDS_PER_SAMPLE_STEP, batch_size=2)
+    states = []
+    whole = gradient_search(model, samples(count=3), family, config, on_checkpoint=states.append)
+    saved = json.loads(json.dumps(states[1]))  # after two of five steps
+    assert len(saved["history"]) == 2
+    resumed = gradient_search(model, samples(count=3), family, config, resume=saved)
+    assert [vars(s) for s in resumed.history] == [vars(s) for s in whole.history]
+    assert resumed.factors == whole.factors and resumed.forwards == whole.forwards
+    # The steps did move the factors: a resume that restarted from the start would differ.
+    assert whole.history[-1].factors != whole.history[0].factors
+
+
 def test_lines_are_straight_over_depth_and_move_only_two_numbers_an_axis():
     family = Lines("both", 5, BOUNDS, held=[2])
     factors = family.factors(family.initial([(0.6, 1.6), (0.5, 1.0)])).tolist()
@@ -183,13 +216,13 @@ def taught_samples(model, scaling, target, count=3, length=24, answer=3):
     (Lines("both", L, BOUNDS), [0.6, 0.9, 1.2, 1.5] + [2.0] * L),
 ], ids=["per-layer", "lines"])
 def test_a_few_adam_steps_lower_the_loss_on_the_training_samples(family, target):
-    """Ten steps at lr 0.1 (about 10 % a step): the tiny model's landscape is rough, so the steps' losses are
+    """Ten plain Adam steps at lr 0.1 (about 10 % a step; backtracking has its own test): the tiny model's landscape is rough, so the steps' losses are
     not monotone, but the best is >= 10 % below the plain model's (measured: 21 % and 12 %) and the last below it."""
     model = tiny_model("llama")
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)  # peaked next-token distributions: the answers depend on the factors
     train = taught_samples(model, family.scaling, target)
-    config = GradientConfig(lr=0.1, budget_forwards=10 * 3 * FORWARDS_PER_SAMPLE_STEP)
+    config = GradientConfig(lr=0.1, budget_forwards=10 * 3 * FORWARDS_PER_SAMPLE_STEP, backtrack=False)
     result = gradient_search(model, train, family, config)
     losses = [step.loss for step in result.history]
     assert len(losses) == 10 and result.forwards == 10 * 3 * FORWARDS_PER_SAMPLE_STEP
@@ -204,6 +237,30 @@ def test_a_few_adam_steps_lower_the_loss_on_the_training_samples(family, target)
         assert sum(float(sample_loss(model, s)) for s in train) / 3 == pytest.approx(result.loss, rel=1e-4)
     rope.remove(model)
     assert all(p.requires_grad for p in model.parameters())  # the weights' flags are as they were
+
+
+def test_a_step_that_raises_the_loss_is_undone_and_retaken_at_half_the_rate():
+    """Samples the plain model answers itself (its own greedy tokens at factors 1), so moving away costs loss: the
+    first step, e^±1 at lr 1, is rejected, and the next point is Adam's first step from the start at lr 0.5, the
+    square root of the rejected factors (an Adam first step is lr times the gradient's sign)."""
+    model = tiny_model("llama")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    train = taught_samples(model, "position", [1.0] * L)
+    family = PerLayer("position", L, BOUNDS)
+    result = gradient_search(model, train, family, GradientConfig(lr=1.0, budget_forwards=4 * 3 * FORWARDS_PER_SAMPLE_STEP))
+    first, second, third = result.history[:3]
+    assert not first.rejected and first.factors == [1.0] * L
+    assert second.rejected and second.loss > first.loss and second.lr == 0.5
+    assert third.factors == pytest.approx([math.sqrt(f) for f in second.factors], rel=1e-6)
+    # A step that lowers the loss lengthens the next by 1.5; one that raises it halves it.
+    for before, after in zip(result.history[1:], result.history[2:]):
+        assert after.lr == pytest.approx(before.lr * (0.5 if after.rejected else 1.5))
+    assert result.loss == min(s.loss for s in result.history)
+    # Without backtracking Adam goes on from the rejected point.
+    plain = gradient_search(model, train, family, GradientConfig(lr=1.0, backtrack=False,
+                                                                 budget_forwards=3 * 3 * FORWARDS_PER_SAMPLE_STEP))
+    assert not any(s.rejected for s in plain.history) and plain.history[2].factors != third.factors
 
 
 def test_the_budget_counts_a_backward_as_two_forwards():
@@ -348,3 +405,30 @@ def test_one_gradient_step_on_position_samples(chat_checkpoint):
     assert result.history[0].loss == pytest.approx(plain, rel=1e-5) and math.isfinite(result.history[1].loss)
     assert result.history[1].factors != result.history[0].factors  # the step moved the factors
     assert all(BOUNDS.low <= f <= BOUNDS.high for f in result.history[1].factors)
+
+
+def test_the_runs_family_takes_each_axis_bounds_and_held_layers_from_the_genome():
+    """--scaling both with --position-layer-type (Gemma-3's case): the position line holds the other layers at 1,
+    the base line moves every layer; each axis in its own range, starting flat at the genome's start."""
+    from types import SimpleNamespace
+
+    from lpes_harness.search.genome import GenomeSpec
+    from lpes_harness.search.gradient_stage import build_family, history_of, start_params
+
+    spec = GenomeSpec(num_layers=L, y_min=0.25, y_max=2.5, y_step=0.05, initial_y=1.2, base_y_min=0.5, base_y_max=4.0,
+                      base_y_step=0.25, base_initial_y=1.0, position_held_layers=(0, 2))
+    family = build_family(SimpleNamespace(family="lines", scaling="both"), spec)
+    assert [(b.low, b.high) for b in family.axis_bounds] == [(0.25, 2.5), (0.5, 4.0)]
+    assert family.axis_held == ((0, 2), ())
+    start = family.factors(start_params(family, spec)).tolist()
+    assert start == pytest.approx([1.0, 1.2, 1.0, 1.2] + [1.0] * L)
+    moved = family.factors(family.initial([(0.6, 1.6), (0.5, 1.0)])).tolist()
+    assert moved[0] == moved[2] == 1.0 and moved[L:] == pytest.approx([0.5, 2 / 3, 5 / 6, 1.0])
+    per_layer = build_family(SimpleNamespace(family="per-layer", scaling="both"), spec)
+    assert per_layer.initial().numel() == 2 * L
+    # The steps as the later stages read a history: fitness minus the loss, a step's own forwards, step 0 the start.
+    steps = [{"step": 0, "loss": 2.0, "factors": [1.0] * 8, "forwards": 6},
+             {"step": 1, "loss": 1.5, "factors": [1.1] * 8, "forwards": 12}]
+    records = history_of(steps)
+    assert [r["fitness"] for r in records] == [-2.0, -1.5] and [r["info"]["samples"] for r in records] == [6, 6]
+    assert [r["origin"] for r in records] == ["initial", "gradient"]

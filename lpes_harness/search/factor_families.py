@@ -54,29 +54,47 @@ class Bounds:
 
 @dataclass
 class _Family:
+    """``bounds``: one :class:`Bounds` for every axis, or one per axis in the scaling's axis order (``both``:
+    position, then base; the search's ``--y-min/--y-max`` and ``--base-y-min/--base-y-max``)."""
+
     scaling: str
     num_layers: int
-    bounds: Bounds
-    held: Sequence[int] = ()  # layers kept at factor 1 in every half
+    bounds: Bounds | Sequence[Bounds]
+    held: Sequence[int] | Sequence[Sequence[int]] = ()  # layers kept at 1: one list for every axis, or one per axis
     kind: Scaling = field(init=False)
+    axis_bounds: tuple[Bounds, ...] = field(init=False)
+    axis_held: tuple[tuple[int, ...], ...] = field(init=False)
 
     def __post_init__(self):
         if self.scaling not in SCALINGS:
             raise ValueError(f"scaling={self.scaling!r} is not one of {', '.join(SCALINGS)}")
         self.kind = SCALINGS[self.scaling]
-        bad = [h for h in self.held if not 0 <= h < self.num_layers]
+        self.axis_bounds = ((self.bounds,) * self.kind.per_layer if isinstance(self.bounds, Bounds)
+                            else tuple(self.bounds))
+        if len(self.axis_bounds) != self.kind.per_layer or not all(isinstance(b, Bounds) for b in self.axis_bounds):
+            raise ValueError(f"{self.scaling!r} takes one Bounds, or one per axis ({', '.join(self.kind.axes)}); "
+                             f"got {self.bounds!r}")
+        per_axis = bool(self.held) and all(isinstance(h, (list, tuple)) for h in self.held)
+        self.axis_held = (tuple(tuple(h) for h in self.held) if per_axis
+                          else (tuple(self.held),) * self.kind.per_layer)
+        if len(self.axis_held) != self.kind.per_layer:
+            raise ValueError(f"{self.scaling!r} takes one list of held layers, or one per axis; got {self.held!r}")
+        bad = [h for held in self.axis_held for h in held if not 0 <= h < self.num_layers]
         if bad:
             raise ValueError(f"held layers {bad} are not layers of a {self.num_layers}-layer model")
 
     def _held_mask(self, dtype) -> torch.Tensor:
         """1 on the layers that move, 0 on the held ones, tiled over the axes."""
-        mask = torch.ones(self.num_layers, dtype=dtype)
-        mask[list(self.held)] = 0
-        return mask.repeat(self.kind.per_layer)
+        mask = torch.ones(self.kind.per_layer, self.num_layers, dtype=dtype)
+        for row, held in zip(mask, self.axis_held):
+            row[list(held)] = 0
+        return mask.reshape(-1)
 
     def factors(self, log_params: torch.Tensor) -> torch.Tensor:
         """The flat per-layer factors (the scaling's layout), differentiable in ``log_params``; held layers at 1."""
-        moving = self.bounds.snap(self._moving(log_params))
+        # The parameters and the factors are both laid out axis by axis: one row an axis.
+        moving = torch.cat([b.snap(row) for b, row in zip(self.axis_bounds, self._moving(log_params).view(
+            self.kind.per_layer, -1))])
         mask = self._held_mask(moving.dtype).to(moving.device)
         return moving * mask + (1 - mask)  # held layers: exactly 1 (x * 0 + 1), with no gradient to them
 
@@ -85,7 +103,9 @@ class _Family:
 
     def project(self, log_params: torch.Tensor) -> None:
         """Back into the bounds after a step: each family's factors are inside whenever its parameters are."""
-        self.bounds.project(log_params)
+        with torch.no_grad():  # the rows are views of a leaf that requires grad: clamped in place, untracked
+            for b, row in zip(self.axis_bounds, log_params.view(self.kind.per_layer, -1)):
+                b.project(row)
 
 
 @dataclass

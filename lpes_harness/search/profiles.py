@@ -156,6 +156,24 @@ PROFILES["robust-smollm2-gpu"] = {
     "validation_samples": 12, "heldout_samples": 0, "sample_order": "roles",
 }  # fmt: skip
 
+# The gradient search (issue #100) for the bundled SmolLM2 on a CPU: two straight lines over depth, position and
+# base factors (4 numbers), moved by Adam (lr 0.05, backtracking: a step that raises the loss is undone and retaken
+# at half the rate) on the margin loss over 16 samples whose lengths are drawn from 60 to 300 sentences (~0.75k to
+# ~2.9k tokens), 8 full-batch steps (384 forwards, a backward counted as two). A step
+# of 16 samples took about 3 min in float32 on 2 AVX2 cores (a forward and backward 3.7 / 10.4 / 21.6 s at 60 /
+# 180 / 300 sentences). Then uniform.json on a quarter of those forwards, and the choice by accuracy on
+# validation samples at 120 and 240 sentences (2 per position, doubling while tied) among the two lowest-loss
+# steps, the start and the uniform factors. The loss steers; accuracy on samples it never saw chooses.
+PROFILES["gradient-smollm2"] = {
+    "task": "multi_needle", "fitness": "greedy", "num_samples": 2, "chunk_size": 2,
+    "condition": ['120 sentences={"num_sentences": 120}', '240 sentences={"num_sentences": 240}'],
+    "condition_objective": "mean", "scaling": "both", "y_min": 0.25, "y_max": 2.5, "y_step": 0.05, "initial_y": 1.0,
+    "base_y_min": 0.5, "base_y_max": 4.0, "base_y_step": 0.25, "sweep": "none", "base_sweep": "none",
+    "search_method": "gradient", "family": "lines", "loss": "margin", "lr": 0.05, "gradient_samples": 16,
+    "gradient_forwards": 384, "draw_sentences": "60:300", "uniform_share": 0.25,
+    "validation_samples": 2, "select_top": 2, "uniform_tuning": True, "heldout_samples": 0, "sample_order": "hardest",
+}  # fmt: skip
+
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
 PAPER_NUM_SAMPLES = 200
 
@@ -199,6 +217,11 @@ profiles (--profile; the command line and --config override a profile's values):
          needles, 12 samples per position of each, population 10, no held-out table (score
          the result with python -m lpes_harness.commands.transfer --batch-size 10)
   robust-gemma3  Gemma-3-270M on 240 and 480 sentences, base scaling, the same stages
+  gradient-smollm2  the gradient search (--search-method gradient) for the bundled SmolLM2 on a
+         CPU: a position line and a base line over depth (4 numbers), Adam on the margin
+         loss over 16 samples drawn from 60 to 300 sentences, 8 steps (384 forwards);
+         uniform.json on a quarter of them; the choice on validation samples at 120 and 240
+         sentences (under an hour on 2 cores; --estimate says for this machine)
   auto   (default) robust-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
          GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other
          models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16

@@ -6,7 +6,8 @@ returns; they share the :class:`~lpes_harness.search.run_context.Run` the start 
 1. start (:func:`~lpes_harness.search.run_start.start`): the folder claimed, a resume checked, the model
    and fitness loaded, the estimate or ``--time-budget``'s plan, ``config.json``;
 2. sweep (:func:`~lpes_harness.search.sweep.sweep_stage`): uniform factors scored, the search's start;
-3. search (:func:`~lpes_harness.search.search_stage.search_stage`): the genetic search;
+3. search (:func:`~lpes_harness.search.search_stage.search_stage`): the genetic search; or, with
+   ``--search-method gradient``, :func:`~lpes_harness.search.gradient_stage.gradient_stage`;
 4. uniform (:func:`~lpes_harness.search.uniform_tuning.uniform_stage`): the best uniform factor on the
    search's budget;
 5. validation (:func:`~lpes_harness.search.selection.validation_stage`): the run's curve chosen on
@@ -24,6 +25,7 @@ import contextlib
 import time
 
 from lpes_harness.core.files import atomic_write_json
+from lpes_harness.search.gradient_stage import gradient_stage
 from lpes_harness.search.heldout import heldout_stage
 from lpes_harness.search.run_context import Run
 from lpes_harness.search.run_record import add_run_seconds
@@ -41,7 +43,8 @@ def run(args: argparse.Namespace) -> dict:
         if run is None:  # --estimate, or one of accelerate's other ranks, which served rank 0
             return {}
         sweep = sweep_stage(run)
-        result, history = search_stage(run, sweep)
+        searcher = gradient_stage if run.args.search_method == "gradient" else search_stage
+        result, history = searcher(run, sweep)
         tuned = uniform_stage(run, sweep, history, result)
         chosen = validation_stage(run, sweep, history, tuned, result)
         _save_result(run, result)

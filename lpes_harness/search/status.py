@@ -8,6 +8,8 @@ decide whether ``--resume`` is needed and what is left.
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,7 +42,7 @@ def _sweep_line(folder: Path, record: dict, sweep: dict | None) -> str:
     if journalled:
         return f"under way, {len(journalled)} factor(s) scored"
     # The sweep comes before the search: a search begun without one had none (--sweep none).
-    begun = (folder / "history.jsonl").is_file() or (folder / "checkpoint.json").is_file()
+    begun = any((folder / name).is_file() for name in ("history.jsonl", "checkpoint.json", "gradient.jsonl"))
     return "none: the search started from its --initial-y" if begun else NOT_STARTED
 
 
@@ -67,6 +69,23 @@ def _search_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
     seconds = sum(float(line.get("seconds") or 0) for line in history)
     return (f"{state}, {generations}, {len(history)} individuals scored ({_hours(seconds)} of scoring, summed), "
             f"{forwards_of(history)} forwards{best_text}"), history, done
+
+
+def _gradient_line(folder: Path, record: dict, result: dict | None) -> tuple[str, list[dict], bool]:
+    """``--search-method gradient``: its line, its steps as the later stages read them, and whether it is finished."""
+    from lpes_harness.search.gradient_stage import GRADIENT_JOURNAL, history_of
+
+    settings = record.get("settings") or {}
+    steps = read_jsonl(folder / GRADIENT_JOURNAL)
+    planned = int(settings.get("gradient_forwards") or 0) // (3 * int(settings.get("gradient_samples") or 1))
+    if not steps:
+        return NOT_STARTED, [], False
+    budget_stop = bool((result or {}).get("stopped_early"))
+    done = budget_stop or len(steps) >= planned
+    state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
+    lowest = min(steps, key=lambda s: s["loss"])
+    return (f"{state}, step {len(steps)} of {planned}, {steps[-1]['forwards']} forwards (a backward counts as two); "
+            f"lowest loss {lowest['loss']:.4f} at step {lowest['step']}"), history_of(steps), done
 
 
 def _uniform_forwards_used(uniforms: list[dict], sweep: dict | None) -> int:
@@ -193,23 +212,28 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         points = len(parse_sweep(settings.get("sweep"))) + (
             len(parse_sweep(settings.get("base_sweep"))) if scaling_of(settings.get("scaling")).paired else 0)
         typical["sweep"] = most["sweep"] = max(0, points - len(read_jsonl(folder / "sweep.jsonl"))) * per_individual
-    search_done = stages["genetic search"].startswith("done")
+    gradient = "gradient search" in stages
+    search_done = stages[SEARCH_STAGE[gradient]].startswith("done")
     search = record.get("search") or {}
 
     # A resume may grow --generations: its settings are the latest, "search" the first run's.
     sizes = {name: settings.get(name, search.get(name)) for name in ("population", "parents", "mutants", "crossovers",
                                                                      "generations")}
     planned = SearchConfig(**{k: int(v) for k, v in sizes.items() if v is not None}).planned_individuals()
-    if not search_done:
+    if not search_done and gradient:  # a step's forwards are fixed: the samples, each a forward and a backward
+        step = 3 * int(settings.get("gradient_samples") or 1)
+        left = max(0, int(settings.get("gradient_forwards") or 0) // step - len(history))
+        typical["search"] = most["search"] = left * step
+    elif not search_done:
         scored = [r for r in history if not r.get("cached")]
         mean = forwards_of(scored) / len(scored) if scored else per_individual
         left = max(0, planned - len(history))
         typical["search"], most["search"] = round(left * mean), left * per_individual
     if stages["uniform factors"].startswith(("under way", NOT_STARTED)):
-        budget = forwards_of(history) + typical.get("search", 0)  # as many forwards as the search spends
+        share = float(settings.get("uniform_share") or 1.0)  # of the forwards the search spends
         used = _uniform_forwards_used(uniforms, sweep)
-        typical["uniform factors"] = max(0, budget - used)
-        most["uniform factors"] = max(0, forwards_of(history) + most.get("search", 0) - used)
+        typical["uniform factors"] = max(0, math.ceil(share * (forwards_of(history) + typical.get("search", 0))) - used)
+        most["uniform factors"] = max(0, math.ceil(share * (forwards_of(history) + most.get("search", 0))) - used)
     if stages["validation"].startswith(("under way", NOT_STARTED)):
         args = SimpleNamespace(select_top=int(settings.get("select_top") or 0),
                                validation_samples=int(settings.get("validation_samples") or 0))
@@ -268,6 +292,9 @@ def _validation_blocks(folder: Path) -> dict[str, list[int]]:
     return blocks
 
 
+SEARCH_STAGE = {False: "genetic search", True: "gradient search"}
+
+
 def run_status(folder: Path) -> list[str]:
     """Lines that say what a run folder holds, stage by stage, and what to do next. ``ValueError``
     when the folder holds no run."""
@@ -288,9 +315,10 @@ def run_status(folder: Path) -> list[str]:
     sweep, result = read_json_or_none(folder / "sweep.json"), read_json_or_none(folder / "result.json")
     if record.get("started"):
         lines.append(f"  {_time_line(record, result, running)}")
-    search_line, history, search_done = _search_line(folder, record, result)
+    gradient = (record.get("settings") or {}).get("search_method") == "gradient"
+    search_line, history, search_done = (_gradient_line if gradient else _search_line)(folder, record, result)
     uniforms = read_jsonl(folder / UNIFORM_JOURNAL)  # the uniform factors scored so far, read once
-    stages = [("sweep", _sweep_line(folder, record, sweep)), ("genetic search", search_line),
+    stages = [("sweep", _sweep_line(folder, record, sweep)), (SEARCH_STAGE[gradient], search_line),
               ("uniform factors", _uniform_line(folder, record, history, uniforms, sweep)),
               ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record, result))]
     lines += [f"  {name}: {text}" for name, text in stages]

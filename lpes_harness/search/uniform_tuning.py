@@ -127,7 +127,9 @@ def uniform_stage(run: Run, sweep: Swept | None, history: Sequence[dict], result
     if not run.args.uniform_tuning:
         return None
     output, fitness, spec, scaling = run.output, run.fitness, run.spec, run.args.scaling
-    budget = forwards_of(history)
+    searched = forwards_of(history)
+    share = getattr(run.args, "uniform_share", 1.0)
+    budget = math.ceil(share * searched)
     known = sweep.points if sweep else []
 
     def report(point):
@@ -135,19 +137,20 @@ def uniform_stage(run: Run, sweep: Swept | None, history: Sequence[dict], result
         print(f"  {point['label']}: fitness {point['fitness']:.4f}{' (raced out)' if info.get('raced') else ''}",
               flush=True)
 
-    print(f"uniform factors: tuned with the search's fitness until they use the genetic search's {budget} forwards "
-          f"(the sweep's {sum(p['forwards'] for p in known)} count)", flush=True)
+    print(f"uniform factors: tuned with the search's fitness until they use {budget} forwards"
+          + (f", {share:g} of the search's {searched}" if share != 1 else ", the search's")
+          + f" (the sweep's {sum(p['forwards'] for p in known)} count)", flush=True)
     tuned = tune_uniform(fitness, uniform_grid(spec, scaling), budget=budget, forwards=lambda: fitness.samples_scored,
                          known=known, journal=output / UNIFORM_JOURNAL, progress=report)
     best = tuned["best"]
     write_scales_file(output / UNIFORM_FILE, best["scales"], scaling=scaling, curve="uniform", kind=best["kind"],
                       factor=best["value"], label=best["label"], fitness=best["fitness"],
                       scores=(best.get("info") or {}).get("scores"), model=run.model_name, dtype=run.args.dtype_chosen,
-                      tuning={"forwards": tuned["forwards"], "budget": budget,
-                              "points": len(tuned["points"])})
+                      tuning={"forwards": tuned["forwards"], "budget": budget, "search_forwards": searched,
+                              "share": share, "points": len(tuned["points"])})
     # tuned["forwards"] counts the sweep's points it took as scored; result.json's "uniform" stage does not.
     print(f"best uniform factor: {best['label']} (fitness {best['fitness']:.4f}, {len(tuned['points'])} factors, "
-          f"{tuned['forwards']} forwards with the sweep's {sum(p['forwards'] for p in known)}, for the GA's {budget}) "
+          f"{tuned['forwards']} forwards with the sweep's {sum(p['forwards'] for p in known)}, for a budget of {budget}) "
           f"-> {output / UNIFORM_FILE}", flush=True)
     run.forwards["uniform"] = tuned["forwards"] - run.forwards["sweep"]
     result["uniform"] = {k: best[k] for k in ("label", "kind", "value", "fitness", "scales")}
