@@ -95,7 +95,11 @@ def sample_loss(model: nn.Module, sample: TokenSample, loss: str = "gold_logprob
     """The loss of one sample under the model's current RoPE (see the module's docstring)."""
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r} is not one of {', '.join(LOSSES)}")
-    log_probs = answer_log_probs(model, sample)
+    return loss_from(answer_log_probs(model, sample), sample, loss)
+
+
+def loss_from(log_probs: torch.Tensor, sample: TokenSample, loss: str = "gold_logprob") -> torch.Tensor:
+    """:func:`sample_loss` from the answer's log-probabilities (:func:`answer_log_probs`), already computed."""
     answer = torch.tensor(sample.answer, device=log_probs.device)
     gold = log_probs.gather(-1, answer[:, None])[:, 0]
     margins = [gold[t] - log_probs[t, other[t]] for other in sample.others
