@@ -26,7 +26,7 @@ import math
 import time
 from pathlib import Path
 
-from lpes_harness.core.files import atomic_write_json, read_jsonl
+from lpes_harness.core.files import atomic_write_json
 from lpes_harness.core.scaling import SCALINGS
 from lpes_harness.search.run_context import Run
 from lpes_harness.search.run_record import fail
@@ -50,7 +50,9 @@ def build_family(args, spec):
 def start_params(family, spec):
     """The start: each axis flat at the genome's start value (``--initial-y``, the sweep's best where one ran)."""
     starts = [half.initial_y for half in spec.halves()]
-    if type(family).__name__ == "Lines":
+    from lpes_harness.search.factor_families import Lines
+
+    if isinstance(family, Lines):
         return family.initial([(y, y) for y in starts])
     return family.initial([y for y in starts for _ in range(spec.num_layers)])
 
@@ -172,7 +174,6 @@ def gradient_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
     clock = _StepClock(run, started)
 
     def on_step(step) -> None:
-        _write_best(run, family, step, history_of(_steps_so_far(journal, step)))
         bar.update(1)
         bar.set_postfix({"loss": f"{step.loss:.4f}"}, refresh=False)
         clock.stepped()
@@ -180,6 +181,7 @@ def gradient_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
     def on_checkpoint(state) -> None:
         atomic_write_json(state_path, {"settings": _state_settings(args), **state})
         _write_journal(journal, state["history"])
+        _write_best(run, history_of(state["history"]))  # the state holds every step, a resumed run's earlier ones too
 
     scales, scaling = rope.get_scales(run.lm.model), rope.get_scaling(run.lm.model)
     rope.remove(run.lm.model)  # the differentiable path installs its own hooks; lpes_hf's come back after
@@ -276,13 +278,7 @@ def _write_journal(path: Path, steps: list[dict]) -> None:
     atomic_write_text(path, "".join(json.dumps(step) + "\n" for step in steps))
 
 
-def _steps_so_far(journal: Path, step) -> list:
-    """The journal's steps (a resumed run's earlier ones) and this one."""
-    earlier = [s for s in (read_jsonl(journal) if journal.is_file() else []) if s["step"] < step.step]
-    return [*earlier, step]
-
-
-def _write_best(run: Run, family, step, history: list[dict]) -> None:
+def _write_best(run: Run, history: list[dict]) -> None:
     """``scales.json``: the lowest loss so far (the validation stage replaces it with the run's choice)."""
     from lpes_harness.core.scales_file import write_scales_file
 
