@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from lpes_harness.commands import flags, gradient_flags
+from lpes_harness.commands import flags, search_method_flags
 from lpes_harness.core.scaling import DEFAULT, SCALINGS
 from lpes_harness.lmeval.position_scorer import MODES, SCORERS
 from lpes_harness.search.config import INITIAL_POPULATIONS
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "raced against the best so far: FIRST:LAST from FIRST at layer 0 to LAST at the last layer, "
                          "comma-separated (demo: 0.6:1.4, the rising line the searched curves lean on, so that a "
                          "short budget still ends on a per-layer curve); 'none' (default)")
-    gradient_flags.add_gradient_flags(p)
+    search_method_flags.add_search_method_flags(p)
     genes = p.add_argument_group("genome")
     genes.add_argument("--curve", default="bezier", choices=["bezier", "linear", "step"])
     genes.add_argument("--control-points", type=int, default=4, help="number of control points, 2..5 (default 4: cubic)")
@@ -359,7 +359,7 @@ def _check(args) -> None:
     args.line_values = check_lines(parse_lines(args.lines), args)
     args.heldout_extra = _heldout_extra(args.heldout_extra)
     _check_robust_settings(args)
-    gradient_flags.check_gradient_settings(args)
+    search_method_flags.check_search_method_settings(args)
     if args.heldout_samples < 0:
         raise ValueError(f"--heldout-samples must be >= 0, got {args.heldout_samples}")
     if isinstance(args.metadata, str):

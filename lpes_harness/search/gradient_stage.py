@@ -57,21 +57,22 @@ def start_params(family, spec):
     return family.initial([y for y in starts for _ in range(spec.num_layers)])
 
 
-def drawn(args) -> list[dict]:
-    """The samples' conditions: drawn from the ranges, or the task's own options for each sample."""
+def drawn(args, count: int) -> list[dict]:
+    """``count`` samples' conditions: drawn from the ranges, or the task's own options for each sample."""
     from lpes_harness.search.drawn_conditions import ConditionRange, draw_conditions
 
     if args.draw_range is None:
-        return [{"sample": i} for i in range(args.gradient_samples)]
-    return draw_conditions(args.seed, args.gradient_samples, ConditionRange(args.draw_range, args.draw_needle_range))
+        return [{"sample": i} for i in range(count)]
+    return draw_conditions(args.seed, count, ConditionRange(args.draw_range, args.draw_needle_range))
 
 
-def build_samples(args, lm, fitness_config):
-    """The stage's samples: one per drawn condition, from the task's search split, read as the fitness reads it."""
+def build_samples(args, lm, fitness_config, count: int):
+    """``count`` samples (the gradient and the racing stage's): one per drawn condition, from the task's search
+    split, read as the fitness reads it."""
     from lpes_harness.search.gradient_samples import position_token_samples
 
     percents = sorted({p for ps in fitness_config.positions.values() for p in ps})
-    return position_token_samples(lm, args.task, "search", drawn(args), percents, args.seed,
+    return position_token_samples(lm, args.task, "search", drawn(args, count), percents, args.seed,
                                   metadata=args.metadata, chat_template=fitness_config.chat_template)
 
 
@@ -111,7 +112,7 @@ def gradient_plan(args, lm, fitness_config, fitness, spec, spent: float):
     from lpes_harness.search.selection import validation_forwards
     from lpes_harness.search.timing import duration, heldout_rows, heldout_share, time_one_sample
 
-    samples = build_samples(args, lm, fitness_config)
+    samples = build_samples(args, lm, fitness_config, args.gradient_samples)
     step = step_seconds(lm, samples, build_family(args, spec), args.loss)
     per_sample = time_one_sample(fitness)
     share = heldout_share(fitness) if (args.validation_samples or args.heldout_samples) else 1.0
@@ -159,7 +160,7 @@ def gradient_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
                                                  if args.draw_range else "")
           + f", {args.gradient_forwards} forwards at most (a backward counts as two)", flush=True)
     built = time.perf_counter()
-    samples = run.gradient_samples or build_samples(args, run.lm, run.fitness_config)
+    samples = run.drawn_samples or build_samples(args, run.lm, run.fitness_config, args.gradient_samples)
     print(f"  {len(samples)} samples ready in {time.perf_counter() - built:.0f} s; prompts of "
           f"{min(len(s.prompt) for s in samples)}-{max(len(s.prompt) for s in samples)} tokens", flush=True)
     config = GradientConfig(lr=args.lr, budget_forwards=args.gradient_forwards, loss=args.loss, seed=args.seed)

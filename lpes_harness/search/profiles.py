@@ -174,6 +174,19 @@ PROFILES["gradient-smollm2"] = {
     "validation_samples": 2, "select_top": 2, "uniform_tuning": True, "heldout_samples": 0, "sample_order": "hardest",
 }  # fmt: skip
 
+# Random lines raced (issue #100, --search-method racing) for the bundled SmolLM2 on a CPU: 23 pairs of lines over
+# depth (each axis's first and last factor log-uniform in [0.5, 2], Latin-hypercube spread) and the plain model,
+# raced by successive halving on 48 samples drawn from 60 to 300 sentences: 24 on 8, 12 on 16, 6 on 32 and 3 on 48
+# samples, 432 forwards (30 min in float32 on 2 AVX2 cores, 3.8 s a sample). Greedy accuracy ranks, the margin loss
+# breaks ties. Then uniform.json on a quarter of those forwards, and the choice by accuracy on validation samples at
+# 120 and 240 sentences among the two finalists, the plain model and the uniform factors, as gradient-smollm2's.
+PROFILES["racing-smollm2"] = {
+    **{k: v for k, v in PROFILES["gradient-smollm2"].items()
+       if k not in ("lr", "gradient_samples", "gradient_forwards", "family")},
+    "search_method": "racing", "y_min": 0.5, "y_max": 2.0, "base_y_min": 0.5, "base_y_max": 2.0,
+    "racing_draws": 23, "racing_samples": 48, "racing_first": 8,
+}  # fmt: skip
+
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
 PAPER_NUM_SAMPLES = 200
 
@@ -222,6 +235,11 @@ profiles (--profile; the command line and --config override a profile's values):
          loss over 16 samples drawn from 60 to 300 sentences, 8 steps (384 forwards);
          uniform.json on a quarter of them; the choice on validation samples at 120 and 240
          sentences (under an hour on 2 cores; --estimate says for this machine)
+  racing-smollm2  random pairs of lines (--search-method racing) for the bundled SmolLM2 on a
+         CPU: 23 pairs (position and base, each end in [0.5, 2]) and the plain model raced
+         by successive halving on 48 samples drawn from 60 to 300 sentences (432
+         forwards); uniform.json on a quarter of them; the same validation as
+         gradient-smollm2 (about an hour on 2 cores; --estimate says for this machine)
   auto   (default) robust-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
          GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other
          models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16

@@ -7,7 +7,8 @@ returns; they share the :class:`~lpes_harness.search.run_context.Run` the start 
    and fitness loaded, the estimate or ``--time-budget``'s plan, ``config.json``;
 2. sweep (:func:`~lpes_harness.search.sweep.sweep_stage`): uniform factors scored, the search's start;
 3. search (:func:`~lpes_harness.search.search_stage.search_stage`): the genetic search; or, with
-   ``--search-method gradient``, :func:`~lpes_harness.search.gradient_stage.gradient_stage`;
+   ``--search-method gradient``, :func:`~lpes_harness.search.gradient_stage.gradient_stage`; with
+   ``--search-method racing``, :func:`~lpes_harness.search.racing_stage.racing_stage`;
 4. uniform (:func:`~lpes_harness.search.uniform_tuning.uniform_stage`): the best uniform factor on the
    search's budget;
 5. validation (:func:`~lpes_harness.search.selection.validation_stage`): the run's curve chosen on
@@ -27,6 +28,7 @@ import time
 from lpes_harness.core.files import atomic_write_json
 from lpes_harness.search.gradient_stage import gradient_stage
 from lpes_harness.search.heldout import heldout_stage
+from lpes_harness.search.racing_stage import racing_stage
 from lpes_harness.search.run_context import Run
 from lpes_harness.search.run_record import add_run_seconds
 from lpes_harness.search.run_start import start
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> dict:
         if run is None:  # --estimate, or one of accelerate's other ranks, which served rank 0
             return {}
         sweep = sweep_stage(run)
-        searcher = gradient_stage if run.args.search_method == "gradient" else search_stage
+        searcher = {"gradient": gradient_stage, "racing": racing_stage}.get(run.args.search_method, search_stage)
         result, history = searcher(run, sweep)
         tuned = uniform_stage(run, sweep, history, result)
         chosen = validation_stage(run, sweep, history, tuned, result)

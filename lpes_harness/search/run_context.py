@@ -42,7 +42,7 @@ class Run:
     fitness: object  # the search's fitness over the search samples
     num_layers: int
     spec: object  # GenomeSpec; the sweep stage moves its start
-    gradient_samples: list | None = None  # --search-method gradient: the samples its plan built (None: built later)
+    drawn_samples: list | None = None  # --search-method gradient / racing: the samples its plan built (None: built later)
     forwards: dict = field(default_factory=lambda: {"sweep": 0})  # stage -> forwards it spent, in stage order
     # Plain fields, not properties: what every stage reads is here, without a call into this file.
     several: bool = field(init=False)  # a run over --condition's: the fitness and the tables go by condition

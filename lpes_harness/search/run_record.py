@@ -121,10 +121,11 @@ def folder_in_use(folder: Path) -> bool:
 # held-out table and of validation/): their scores are keyed by scales and checked against the task
 # and model, so they are valid for any run that asks for the same scales.
 RUN_STATE = ("checkpoint.json", "checkpoint.jsonl", "sweep.json", "sweep.jsonl", "result.json", UNIFORM_JOURNAL,
-             "gradient_state.json", "gradient.jsonl")  # the last two: --search-method gradient's
+             "gradient_state.json", "gradient.jsonl",  # --search-method gradient's
+             "racing.json", "racing.jsonl")  # --search-method racing's
 RUN_RESULTS = ("scales.json", UNIFORM_FILE, SELECTION_FILE, "heldout.json", "heldout.md", "heldout.png",
                "history.jsonl", "generations.jsonl", "curve.png", "fitness.png", "conditions.png", "sweep.png",
-               "uniform.png", "gradient.png")
+               "uniform.png", "gradient.png", "racing.png")
 # A run over several conditions: heldout/summary.* and heldout/<condition>/heldout.*.
 CONDITION_RESULTS = ("heldout/summary.*", "heldout/*/heldout.*")
 

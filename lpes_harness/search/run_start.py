@@ -22,6 +22,7 @@ from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
 from lpes_harness.search.fitness import FitnessConfig
 from lpes_harness.search.gradient_stage import GRADIENT_STATE, gradient_plan
+from lpes_harness.search.racing_stage import RACING_FILE, racing_plan
 from lpes_harness.search.run_context import Run
 from lpes_harness.search.run_record import (RUN_RECORD, check_resume, clear_run_state, fail, holding_run_folder,
                                            idle_since_last_write, read_run_record, run_folder, settings_record)
@@ -96,17 +97,19 @@ def start(args, folder_lock: contextlib.ExitStack) -> Run | None:
              f"task {args.task}, positions {fitness_config.positions}"), flush=True)
     args.heldout_share = None  # set where a validation or a held-out table follows the search
     # A sample is timed (ten forwards or so) only for a plan or an estimate that uses it.
-    gradient = args.search_method == "gradient"
-    if args.time_budget_seconds and not resume_search and not gradient:
+    drawn = args.search_method in ("gradient", "racing")  # a stage on drawn samples, with its own plan
+    if args.time_budget_seconds and not resume_search and not drawn:
         apply_budget(args, fitness, time_one_sample(fitness), time.perf_counter() - launched)  # sets heldout_share
         config, fitness_config, current = _configure(args)
     elif args.heldout_samples or args.validation_samples:
         args.heldout_share = heldout_share(fitness)  # for the estimate, and --status's (config.json)
     left = _left_to_do(output) if resume_search and not args.time_budget_seconds else None
     spec, samples = _genome_spec(args, num_layers, lm), None
-    if gradient and not (args.resume and (output / GRADIENT_STATE).is_file()):
-        # Before the folder is written: --estimate and --time-budget's plan time the stage's own steps.
-        samples = gradient_plan(args, lm, fitness_config, fitness, spec, time.perf_counter() - launched)
+    plan, state = {"gradient": (gradient_plan, GRADIENT_STATE), "racing": (racing_plan, RACING_FILE)}.get(
+        args.search_method, (None, None))
+    if plan is not None and not (args.resume and (output / state).is_file()):
+        # Before the folder is written: --estimate and --time-budget's plan time the stage's own samples.
+        samples = plan(args, lm, fitness_config, fitness, spec, time.perf_counter() - launched)
     elif left:  # a resumed search: what is left of it, not the whole run's worst case again
         print(f"resumed; {left}", flush=True)
     elif not args.time_budget_seconds:  # a budgeted run printed its plan, and its deadline bounds it
@@ -120,7 +123,7 @@ def start(args, folder_lock: contextlib.ExitStack) -> Run | None:
               idle_before=idle_before, resume_search=resume_search, saved_state=saved_state, config=config,
               fitness_config=fitness_config, fingerprint=current, settings=settings_record(args),
               conditions=conditions, configs=configs, context=context, lm=lm, fitness=fitness,
-              num_layers=num_layers, spec=spec, gradient_samples=samples)
+              num_layers=num_layers, spec=spec, drawn_samples=samples)
     if not resume_search:
         # From here on the folder holds a run that --resume continues: before the sweep, so that
         # nothing it scores is lost to a kill.

@@ -42,7 +42,8 @@ def _sweep_line(folder: Path, record: dict, sweep: dict | None) -> str:
     if journalled:
         return f"under way, {len(journalled)} factor(s) scored"
     # The sweep comes before the search: a search begun without one had none (--sweep none).
-    begun = any((folder / name).is_file() for name in ("history.jsonl", "checkpoint.json", "gradient.jsonl"))
+    begun = any((folder / name).is_file() for name in ("history.jsonl", "checkpoint.json", "gradient.jsonl",
+                                                        "racing.jsonl"))
     return "none: the search started from its --initial-y" if begun else NOT_STARTED
 
 
@@ -86,6 +87,35 @@ def _gradient_line(folder: Path, record: dict, result: dict | None) -> tuple[str
     lowest = min(steps, key=lambda s: s["loss"])
     return (f"{state}, step {len(steps)} of {planned}, {steps[-1]['forwards']} forwards (a backward counts as two); "
             f"lowest loss {lowest['loss']:.4f} at step {lowest['step']}"), history_of(steps), done
+
+
+def _racing_line(folder: Path, record: dict, result: dict | None) -> tuple[str, list[dict], bool]:
+    """``--search-method racing``: its line, one record a candidate (its scores so far), and whether it is finished."""
+    from lpes_harness.search.racing_stage import RACING_FILE, RACING_JOURNAL
+
+    race = read_json_or_none(folder / RACING_FILE) or {}
+    scores = read_jsonl(folder / RACING_JOURNAL)
+    if not scores:
+        return NOT_STARTED, [], False
+    planned = sum(alive * (seen - before) for (alive, seen), before in
+                  zip(race.get("rungs") or [], [0] + [s for _, s in race.get("rungs") or []]))
+    by_candidate: dict[int, list[dict]] = {}
+    for row in scores:
+        by_candidate.setdefault(row["candidate"], []).append(row)
+    most = max(map(len, by_candidate.values()))
+    history = [{"index": c, "scales": [], "fitness": sum(r["right"] for r in rows) / len(rows),
+                "origin": "initial" if c == 0 else "draw",
+                "info": {"samples": len(rows), "raced": len(rows) < most, "right": sum(r["right"] for r in rows),
+                         "loss": sum(r["loss"] for r in rows) / len(rows)}}
+               for c, rows in sorted(by_candidate.items())]
+    budget_stop = bool((result or {}).get("stopped_early"))
+    done = budget_stop or (result is not None) or len(scores) >= planned
+    state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
+    # The race's own order: more right, then the lower mean loss, then the lower index.
+    leader = min((h for h in history if h["info"]["samples"] == most),
+                 key=lambda h: (-h["info"]["right"], h["info"]["loss"], h["index"]))
+    return (f"{state}, {len(scores)} of {planned} forwards, {len(by_candidate)} candidates scored; leading on "
+            f"{most} samples: candidate {leader['index']} ({leader['info']['right']} right)"), history, done
 
 
 def _uniform_forwards_used(uniforms: list[dict], sweep: dict | None) -> int:
@@ -212,8 +242,9 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         points = len(parse_sweep(settings.get("sweep"))) + (
             len(parse_sweep(settings.get("base_sweep"))) if scaling_of(settings.get("scaling")).paired else 0)
         typical["sweep"] = most["sweep"] = max(0, points - len(read_jsonl(folder / "sweep.jsonl"))) * per_individual
-    gradient = "gradient search" in stages
-    search_done = stages[SEARCH_STAGE[gradient]].startswith("done")
+    method = next(m for m, name in SEARCH_STAGE.items() if name in stages)
+    gradient = method == "gradient"
+    search_done = stages[SEARCH_STAGE[method]].startswith("done")
     search = record.get("search") or {}
 
     # A resume may grow --generations: its settings are the latest, "search" the first run's.
@@ -224,6 +255,12 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         step = 3 * int(settings.get("gradient_samples") or 1)
         left = max(0, int(settings.get("gradient_forwards") or 0) // step - len(history))
         typical["search"] = most["search"] = left * step
+    elif not search_done and method == "racing":  # the rungs fix the race's forwards
+        from lpes_harness.search.line_racing import RacingConfig
+
+        planned_race = RacingConfig(int(settings.get("racing_draws") or 1), int(settings.get("racing_samples") or 1),
+                                    int(settings.get("racing_first") or 1)).forwards()
+        typical["search"] = most["search"] = max(0, planned_race - forwards_of(history))
     elif not search_done:
         scored = [r for r in history if not r.get("cached")]
         mean = forwards_of(scored) / len(scored) if scored else per_individual
@@ -292,7 +329,7 @@ def _validation_blocks(folder: Path) -> dict[str, list[int]]:
     return blocks
 
 
-SEARCH_STAGE = {False: "genetic search", True: "gradient search"}
+SEARCH_STAGE = {"ga": "genetic search", "gradient": "gradient search", "racing": "racing"}
 
 
 def run_status(folder: Path) -> list[str]:
@@ -315,10 +352,12 @@ def run_status(folder: Path) -> list[str]:
     sweep, result = read_json_or_none(folder / "sweep.json"), read_json_or_none(folder / "result.json")
     if record.get("started"):
         lines.append(f"  {_time_line(record, result, running)}")
-    gradient = (record.get("settings") or {}).get("search_method") == "gradient"
-    search_line, history, search_done = (_gradient_line if gradient else _search_line)(folder, record, result)
+    method = (record.get("settings") or {}).get("search_method") or "ga"
+    method = method if method in SEARCH_STAGE else "ga"
+    lines_of = {"gradient": _gradient_line, "racing": _racing_line}.get(method, _search_line)
+    search_line, history, search_done = lines_of(folder, record, result)
     uniforms = read_jsonl(folder / UNIFORM_JOURNAL)  # the uniform factors scored so far, read once
-    stages = [("sweep", _sweep_line(folder, record, sweep)), (SEARCH_STAGE[gradient], search_line),
+    stages = [("sweep", _sweep_line(folder, record, sweep)), (SEARCH_STAGE[method], search_line),
               ("uniform factors", _uniform_line(folder, record, history, uniforms, sweep)),
               ("validation", _validation_line(folder, record)), ("held-out table", _heldout_line(folder, record, result))]
     lines += [f"  {name}: {text}" for name, text in stages]

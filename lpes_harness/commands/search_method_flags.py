@@ -1,21 +1,23 @@
-"""``lpes-search``'s flags of the gradient search (``--search-method gradient``), and their checks: one line each
-before anything heavy loads. The stage itself: :mod:`lpes_harness.search.gradient_stage`."""
+"""``lpes-search``'s flags of the search methods other than the GA (``--search-method gradient`` and ``racing``), and
+their checks: one line each before anything heavy loads. The stages themselves:
+:mod:`lpes_harness.search.gradient_stage` and :mod:`lpes_harness.search.racing_stage`."""
 
 from __future__ import annotations
 
 from lpes_harness.search.gradient_stage import FAMILIES
 
-SEARCH_METHODS = ("ga", "gradient")
+SEARCH_METHODS = ("ga", "gradient", "racing")
 LOSSES = ("margin", "gold_logprob")  # lpes_harness.search.gradient.LOSSES, without importing torch here
 
 
-def add_gradient_flags(parser) -> None:
-    grad = parser.add_argument_group("gradient search (--search-method gradient)")
+def add_search_method_flags(parser) -> None:
+    grad = parser.add_argument_group("gradient search (--search-method gradient) and racing (--search-method racing)")
     grad.add_argument("--search-method", default="ga", choices=SEARCH_METHODS,
-                      help="ga (the paper's genetic search of the Bézier control points) or gradient (Adam on the "
-                           "factors' logarithms through a differentiable RoPE, on samples drawn over --draw-sentences; "
-                           "docs/search_profiles.md). The sweep, uniform.json, the validation and the held-out table "
-                           "are the same stages either way")
+                      help="ga (the paper's genetic search of the Bézier control points), gradient (Adam on the "
+                           "factors' logarithms through a differentiable RoPE) or racing (random pairs of lines over "
+                           "depth raced by successive halving), the last two on samples drawn over --draw-sentences "
+                           "(docs/search_profiles.md). The sweep, uniform.json, the validation and the held-out table "
+                           "are the same stages whichever runs")
     grad.add_argument("--family", default="lines", choices=FAMILIES,
                       help="what the gradient moves: lines (default: per axis a straight line over depth, two numbers) "
                            "or per-layer (every layer's factor); within --y-min/--y-max (and --base-y-*)")
@@ -34,6 +36,14 @@ def add_gradient_flags(parser) -> None:
                            "'none': every sample at the task's own options (--metadata)")
     grad.add_argument("--draw-needles", default="none", metavar="LOW:HIGH",
                       help="each sample's num_needles drawn from LOW to HIGH too ('none', default: the task's)")
+    grad.add_argument("--racing-draws", type=int, default=23,
+                      help="racing: line pairs drawn (each axis's first and last factor, log-uniform within --y-min/"
+                           "--y-max and --base-y-*, Latin-hypercube spread); the plain model races beside them")
+    grad.add_argument("--racing-samples", type=int, default=48,
+                      help="racing: the samples the finalists are scored on, one per drawn condition")
+    grad.add_argument("--racing-first", type=int, default=8,
+                      help="racing: every candidate's first samples; each later rung keeps the better half on twice as "
+                           "many (greedy accuracy ranks, --loss breaks ties)")
     grad.add_argument("--uniform-share", type=float, default=1.0,
                       help="uniform.json is tuned on this share of the search's forwards (default 1: as many)")
 
@@ -52,8 +62,8 @@ def _range(text, flag: str) -> tuple[int, int] | None:
     return low, high
 
 
-def check_gradient_settings(args) -> None:
-    """The gradient search's flags, one line each (they are read whatever --search-method says)."""
+def check_search_method_settings(args) -> None:
+    """The gradient search's and the race's flags, one line each (they are read whatever --search-method says)."""
     args.draw_range = _range(args.draw_sentences, "draw-sentences")
     args.draw_needle_range = _range(args.draw_needles, "draw-needles")
     if args.draw_needle_range and not args.draw_range:
@@ -62,9 +72,15 @@ def check_gradient_settings(args) -> None:
         raise ValueError(f"--lr {args.lr} / --gradient-samples {args.gradient_samples} / --gradient-forwards "
                          f"{args.gradient_forwards} / --uniform-share {args.uniform_share}: need lr > 0, samples and "
                          "forwards >= 1, 0 < share <= 1")
-    if args.search_method == "gradient":
+    if not (args.racing_draws >= 1 and 1 <= args.racing_first <= args.racing_samples):
+        raise ValueError(f"--racing-draws {args.racing_draws} / --racing-first {args.racing_first} / --racing-samples "
+                         f"{args.racing_samples}: need draws >= 1 and 1 <= first <= samples")
+    if args.search_method == "racing" and args.family != "lines":
+        raise ValueError("--search-method racing draws lines; --family per-layer is the gradient search's")
+    if args.search_method in ("gradient", "racing"):
         if args.brute_force:
-            raise ValueError("--search-method gradient moves --family's factors; --brute-force is the GA's genome")
+            raise ValueError(f"--search-method {args.search_method} moves lines or factors; --brute-force is the GA's "
+                             "genome")
         if args.draw_range is not None and "num_sentences" not in _task_options(args.task):
             raise ValueError(f"--draw-sentences: {args.task} has no num_sentences option; give --draw-sentences none")
 
