@@ -76,32 +76,40 @@ def build_samples(args, lm, fitness_config, count: int):
                                   metadata=args.metadata, chat_template=fitness_config.chat_template)
 
 
+def seconds_by_length(samples, run_one) -> list[float]:
+    """Each sample's seconds for ``run_one(sample)`` on this machine: the shortest and the longest sample timed
+    (after one untimed run, which pays the process's one-off set-up), the others interpolated by their prompt
+    length (the time is close to linear in it at these lengths: a forward and backward 3.7, 10.4 and 21.6 s at
+    0.75k, 1.8k and 2.9k tokens for SmolLM2 in float32 on 2 AVX2 cores)."""
+    short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
+    timed = {}
+    for name, sample in (("warm-up", short), ("short", short), ("long", long)):
+        started = time.perf_counter()
+        run_one(sample)
+        timed[name] = time.perf_counter() - started
+    low, high = len(short.prompt), len(long.prompt)
+    slope = (timed["long"] - timed["short"]) / (high - low) if high > low else 0.0
+    return [timed["short"] + slope * (len(s.prompt) - low) for s in samples]
+
+
 def step_seconds(lm, samples, family, loss: str) -> float:
-    """A full-batch step's seconds on this machine: one forward and backward of the shortest and of the longest
-    sample timed (after one untimed, which pays the process's one-off set-up), the others interpolated by their
-    prompt length (the time is close to linear in it at these lengths: 3.7, 10.4 and 21.6 s at 0.75k, 1.8k and
-    2.9k tokens for SmolLM2 in float32 on 2 AVX2 cores)."""
+    """A full-batch step's seconds on this machine: a forward and backward of each sample (:func:`seconds_by_length`)."""
     from lpes_harness.core import rope
     from lpes_harness.core.rope_grad import DifferentiableRoPE
     from lpes_harness.search.gradient import _frozen, sample_loss
 
-    short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
     scales, scaling = rope.get_scales(lm.model), rope.get_scaling(lm.model)
     rope.remove(lm.model)
     params = family.initial().requires_grad_(True)
-    timed = {}
     try:
         with _frozen(lm.model), DifferentiableRoPE(lm.model, family.scaling) as path:
-            for name, sample in (("warm-up", short), ("short", short), ("long", long)):
-                started = time.perf_counter()
+            def forward_backward(sample):
                 path.factors = family.factors(params)
                 sample_loss(lm.model, sample, loss).backward()
-                timed[name] = time.perf_counter() - started
+
+            return sum(seconds_by_length(samples, forward_backward))
     finally:
         rope.install(lm.model, scales, scaling)
-    low, high = len(short.prompt), len(long.prompt)
-    slope = (timed["long"] - timed["short"]) / (high - low) if high > low else 0.0
-    return sum(timed["short"] + slope * (len(s.prompt) - low) for s in samples)
 
 
 def gradient_plan(args, lm, fitness_config, fitness, spec, spent: float):
@@ -224,34 +232,22 @@ def history_of(steps) -> list[dict]:
 
 
 class _StepClock:
-    """``--time-budget`` for the gradient stage: a step starts only if it, the uniform factors' share of the
-    stage's time and the validation can still end by the deadline (each step's time is the last one's)."""
+    """``--time-budget`` for the gradient stage (:class:`~lpes_harness.search.timing.StageDeadline`), each step's
+    time taken to be the last one's."""
 
     def __init__(self, run: Run, started: float):
-        self.run, self.started, self.stopped = run, started, False
-        self.last: float | None = None
-        self.mark = started
-        args = run.args
-        self.deadline = run.launched + args.time_budget_seconds if args.time_budget_seconds else None
-        self.validation = 0.0
-        if self.deadline is not None and args.validation_samples:
-            from lpes_harness.search.selection import gold_positions, validation_forwards
-            from lpes_harness.search.timing import time_one_sample
+        from lpes_harness.search.timing import StageDeadline
 
-            positions = gold_positions([run.configs[c.name] for c in run.conditions])
-            self.validation = validation_forwards(args, positions) * time_one_sample(run.fitness)
+        self.deadline, self.stopped, self.last, self.mark = StageDeadline(run, started), False, None, started
 
     def stepped(self) -> None:
         now = time.perf_counter()
         self.last, self.mark = now - self.mark, now
 
     def out_of_time(self, step: int) -> bool:
-        if self.deadline is None or self.last is None:
+        if self.last is None:
             return False
-        now = time.perf_counter()
-        spent = now - self.started + self.last  # the stage's time with one more step
-        after = self.run.args.uniform_share * spent * bool(self.run.args.uniform_tuning) + self.validation
-        self.stopped = now + self.last + after > self.deadline
+        self.stopped = not self.deadline.allows(self.last)
         return self.stopped
 
 

@@ -22,6 +22,7 @@ serves back), ``scales.json`` (the race's winner; the validation replaces it wit
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -38,15 +39,6 @@ def racing_config(args):
     return RacingConfig(draws=args.racing_draws, samples=args.racing_samples, first=args.racing_first, seed=args.seed)
 
 
-def build_family(args, spec):
-    """Lines over the genome's axes, each with its own bounds and held layers (the gradient stage's ``lines``)."""
-    from lpes_harness.search.factor_families import Bounds, Lines
-
-    halves = spec.halves()
-    return Lines(args.scaling, spec.num_layers, [Bounds(h.y_min, h.y_max) for h in halves],
-                 [list(h.held_layers) for h in halves])
-
-
 def candidates(args, spec) -> list[list[tuple[float, float]]]:
     """The plain model's flat lines first, then the draws."""
     from lpes_harness.search.line_racing import latin_ends
@@ -56,22 +48,14 @@ def candidates(args, spec) -> list[list[tuple[float, float]]]:
 
 
 def forward_seconds(lm, samples) -> list[float]:
-    """Each sample's forward on this machine: the shortest and the longest timed (after one untimed, which pays the
-    process's one-off set-up), the others interpolated by prompt length (close to linear at these lengths)."""
+    """Each sample's forward on this machine (:func:`~lpes_harness.search.gradient_stage.seconds_by_length`)."""
     import torch
 
     from lpes_harness.search.gradient import answer_log_probs
+    from lpes_harness.search.gradient_stage import seconds_by_length
 
-    short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
-    timed = {}
     with torch.no_grad():
-        for name, sample in (("warm-up", short), ("short", short), ("long", long)):
-            started = time.perf_counter()
-            answer_log_probs(lm.model, sample)
-            timed[name] = time.perf_counter() - started
-    low, high = len(short.prompt), len(long.prompt)
-    slope = (timed["long"] - timed["short"]) / (high - low) if high > low else 0.0
-    return [timed["short"] + slope * (len(s.prompt) - low) for s in samples]
+        return seconds_by_length(samples, lambda sample: answer_log_probs(lm.model, sample))
 
 
 def race_seconds(config, seconds: list[float]) -> float:
@@ -102,8 +86,8 @@ def racing_plan(args, lm, fitness_config, fitness, spec, spent: float):
     parts = [("the race", f"{config.draws} line pairs and the plain model ({rungs} samples), {config.forwards()} "
                           "forwards", racing)]
     if args.uniform_tuning:
-        uniform = -(-config.forwards() * args.uniform_share // 1)
-        parts.append(("uniform.json", f"{int(uniform)} forwards", uniform * per_sample))
+        uniform = math.ceil(config.forwards() * args.uniform_share)
+        parts.append(("uniform.json", f"{uniform} forwards", uniform * per_sample))
     positions = sum(fitness.sizes.values()) // args.num_samples
     if args.validation_samples:
         planned = validation_forwards(args, positions)
@@ -130,10 +114,10 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
 
     from lpes_harness.core import rope
     from lpes_harness.search.gradient import answer_log_probs, loss_from
-    from lpes_harness.search.gradient_stage import build_samples
+    from lpes_harness.search.gradient_stage import build_family, build_samples
     from lpes_harness.search.line_racing import race
 
-    args, output, spec = run.args, run.output, run.spec
+    args, output, spec = run.args, run.output, run.spec  # --family is lines here: the flags refuse per-layer
     family, config = build_family(args, spec), racing_config(args)
     drawn = candidates(args, spec)
     known = _read_known(output, args, drawn) if args.resume else {}
@@ -160,16 +144,13 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
         journal.write(json.dumps({"candidate": entry.index, "sample": sample, "right": right, "loss": loss}) + "\n")
         journal.flush()
         clock.scored()
-
-    def progress(entry, sample):
         bar.update(1)
-        return score(entry, sample)
 
     scales, scaling = rope.get_scales(run.lm.model), rope.get_scaling(run.lm.model)
     rope.remove(run.lm.model)  # each score installs its candidate in the run's --scaling; lpes_hf's come back after
     try:
         bar.update(len(known))
-        found = race(progress, drawn, config, known=known, on_score=on_score, stop_before_rung=clock.out_of_time)
+        found = race(score, drawn, config, known=known, on_score=on_score, stop_before_rung=clock.out_of_time)
     finally:
         rope.remove(run.lm.model)
         rope.install(run.lm.model, scales, scaling)
@@ -209,33 +190,22 @@ def history_of(entries, family, final: int) -> list[dict]:
 
 
 class _RungClock:
-    """``--time-budget`` for the race: a rung starts only if it (at this run's seconds a forward so far), the uniform
-    factors' share of the race's forwards and the validation can still end by the deadline."""
+    """``--time-budget`` for the race (:class:`~lpes_harness.search.timing.StageDeadline`), a rung's time taken at
+    this run's seconds a forward so far."""
 
     def __init__(self, run: Run, started: float):
-        self.run, self.started, self.count = run, started, 0
-        args = run.args
-        self.deadline = run.launched + args.time_budget_seconds if args.time_budget_seconds else None
-        self.validation = 0.0
-        if self.deadline is not None and args.validation_samples:
-            from lpes_harness.search.selection import gold_positions, validation_forwards
-            from lpes_harness.search.timing import time_one_sample
+        from lpes_harness.search.timing import StageDeadline
 
-            positions = gold_positions([run.configs[c.name] for c in run.conditions])
-            self.validation = validation_forwards(args, positions) * time_one_sample(run.fitness)
+        self.deadline, self.started, self.count = StageDeadline(run, started), started, 0
 
     def scored(self) -> None:
         self.count += 1
 
     def out_of_time(self, rung: int, alive: int, new_samples: int) -> bool:
-        if self.deadline is None or not self.count:
+        if not self.count:
             return False
-        now = time.perf_counter()
-        per_forward = (now - self.started) / self.count
-        rung_seconds = alive * new_samples * per_forward
-        spent = now - self.started + rung_seconds
-        uniform = self.run.args.uniform_share * spent * bool(self.run.args.uniform_tuning)
-        return now + rung_seconds + uniform + self.validation > self.deadline
+        per_forward = (time.perf_counter() - self.started) / self.count
+        return not self.deadline.allows(alive * new_samples * per_forward)
 
 
 def _settings(args) -> dict:

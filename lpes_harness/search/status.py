@@ -91,14 +91,12 @@ def _gradient_line(folder: Path, record: dict, result: dict | None) -> tuple[str
 
 def _racing_line(folder: Path, record: dict, result: dict | None) -> tuple[str, list[dict], bool]:
     """``--search-method racing``: its line, one record a candidate (its scores so far), and whether it is finished."""
-    from lpes_harness.search.racing_stage import RACING_FILE, RACING_JOURNAL
+    from lpes_harness.search.racing_stage import RACING_JOURNAL
 
-    race = read_json_or_none(folder / RACING_FILE) or {}
     scores = read_jsonl(folder / RACING_JOURNAL)
     if not scores:
         return NOT_STARTED, [], False
-    planned = sum(alive * (seen - before) for (alive, seen), before in
-                  zip(race.get("rungs") or [], [0] + [s for _, s in race.get("rungs") or []]))
+    planned = _planned_race(record.get("settings") or {})
     by_candidate: dict[int, list[dict]] = {}
     for row in scores:
         by_candidate.setdefault(row["candidate"], []).append(row)
@@ -116,6 +114,14 @@ def _racing_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
                  key=lambda h: (-h["info"]["right"], h["info"]["loss"], h["index"]))
     return (f"{state}, {len(scores)} of {planned} forwards, {len(by_candidate)} candidates scored; leading on "
             f"{most} samples: candidate {leader['index']} ({leader['info']['right']} right)"), history, done
+
+
+def _planned_race(settings: dict) -> int:
+    """The race's forwards, from the run's racing settings."""
+    from lpes_harness.search.line_racing import RacingConfig
+
+    return RacingConfig(int(settings.get("racing_draws") or 1), int(settings.get("racing_samples") or 1),
+                        int(settings.get("racing_first") or 1)).forwards()
 
 
 def _uniform_forwards_used(uniforms: list[dict], sweep: dict | None) -> int:
@@ -256,11 +262,7 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         left = max(0, int(settings.get("gradient_forwards") or 0) // step - len(history))
         typical["search"] = most["search"] = left * step
     elif not search_done and method == "racing":  # the rungs fix the race's forwards
-        from lpes_harness.search.line_racing import RacingConfig
-
-        planned_race = RacingConfig(int(settings.get("racing_draws") or 1), int(settings.get("racing_samples") or 1),
-                                    int(settings.get("racing_first") or 1)).forwards()
-        typical["search"] = most["search"] = max(0, planned_race - forwards_of(history))
+        typical["search"] = most["search"] = max(0, _planned_race(settings) - forwards_of(history))
     elif not search_done:
         scored = [r for r in history if not r.get("cached")]
         mean = forwards_of(scored) / len(scored) if scored else per_individual

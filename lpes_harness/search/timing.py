@@ -152,3 +152,28 @@ def time_limit(args, launched: float, saved_state: dict | None) -> list:
     print(f"the search stops by {max(0.0, limit.seconds_left()) / (1 + limit.matched) / 60:.1f} min from now, leaving "
           f"{after} (the time budget's deadline)", flush=True)
     return [limit]
+
+
+class StageDeadline:
+    """``--time-budget`` for a search stage that runs in chunks (the gradient search's steps, the race's rungs): a
+    chunk starts only if it, the uniform factors' share of the stage's time with it, and the validation can still
+    end by the run's deadline."""
+
+    def __init__(self, run, started: float):
+        self.args, self.started = run.args, started
+        self.deadline = run.launched + self.args.time_budget_seconds if self.args.time_budget_seconds else None
+        self.validation = 0.0
+        if self.deadline is not None and self.args.validation_samples:
+            from lpes_harness.search.selection import gold_positions
+
+            positions = gold_positions([run.configs[c.name] for c in run.conditions])
+            self.validation = validation_forwards(self.args, positions) * time_one_sample(run.fitness)
+
+    def allows(self, chunk_seconds: float) -> bool:
+        """Whether a chunk of ``chunk_seconds`` may start now."""
+        if self.deadline is None:
+            return True
+        now = time.perf_counter()
+        spent = now - self.started + chunk_seconds  # the stage's time with the chunk
+        after = self.args.uniform_share * spent * bool(self.args.uniform_tuning) + self.validation
+        return now + chunk_seconds + after <= self.deadline
