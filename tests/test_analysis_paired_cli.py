@@ -372,7 +372,7 @@ def test_batched_rows_score_as_one_prompt_a_forward_and_cache_whole_batches(chec
     from lpes_harness.lmeval.position_scorer import PositionScorer
 
     chunks, real = [], module._fill
-    monkeypatch.setattr(module, "_fill", lambda *a: chunks.append(a[-1]) or real(*a))
+    monkeypatch.setattr(module, "_fill", lambda *a: chunks.append(a[5]) or real(*a))  # (scorer, method, percents, cache, report, chunk, count)
     calls, scores_at = [], PositionScorer.scores_at
     monkeypatch.setattr(PositionScorer, "scores_at",
                         lambda self, requests: calls.append(sum(map(len, requests.values()))) or scores_at(self, requests))

@@ -24,7 +24,7 @@ SHARED = ("--pretrained", "--gguf-file", "--dtype", "--device", "--threads", "--
 TYPES = {"--pretrained": flags.pretrained, "--gguf-file": None, "--dtype": flags.dtype, "--device": flags.device,
          "--threads": flags.positive_int, "--seed": int, "--task": None, "--metadata": flags.metadata}
 # lpes-eval is lm-eval's own command line (its flags are lm-eval's); write_tasks takes no flag.
-COMMANDS = ("attention", "check", "layer_types", "leaderboard", "paired", "pooled", "poshidden_channel", "report",
+COMMANDS = ("attention", "check", "compare", "layer_types", "leaderboard", "paired", "pooled", "poshidden_channel", "report",
             "rsm", "search", "suites_yaml", "train_moice", "transfer", "tune")
 
 
@@ -115,5 +115,5 @@ def test_a_command_error_is_one_line(capsys):
 
 def test_the_commands_that_load_a_model_take_pretrained(monkeypatch):
     takes = {name for name in COMMANDS if "--pretrained" in command_parser(name, monkeypatch)._option_string_actions}
-    assert takes == {"attention", "check", "layer_types", "paired", "poshidden_channel", "rsm", "search",
+    assert takes == {"attention", "check", "compare", "layer_types", "paired", "poshidden_channel", "rsm", "search",
                      "train_moice", "transfer", "tune"}

@@ -52,3 +52,24 @@ def load_baseline_lm(baseline: MethodSetup, pretrained: str | None, dtype: str):
     kwargs = {"dtype": dtype, "batch_size": 1, **({"pretrained": pretrained} if pretrained else {})}
     kwargs.update(simple_parse_args_string(baseline.args))
     return get_model(baseline.model)(**kwargs)
+
+
+class BaselineLoader:
+    """One lm-eval model of a method at a time: another setting of the same method is installed on it
+    (:meth:`~lpes_harness.lmeval.method_lm.MethodLM.reconfigure`), another method loads its own."""
+
+    def __init__(self, pretrained: str | None, dtype: str):
+        self.pretrained, self.dtype, self.lm, self.model, self.loads = pretrained, dtype, None, None, 0
+
+    def __call__(self, setup: MethodSetup):
+        from lm_eval.utils import simple_parse_args_string
+
+        arguments = simple_parse_args_string(setup.args)
+        if self.lm is not None and self.model == setup.model and hasattr(self.lm, "reconfigure") and \
+                set(arguments) <= {p.name for p in self.lm.method_arguments()}:  # HFLM's own need a load
+            self.lm.reconfigure(**arguments)
+            return self.lm
+        self.lm = None  # the previous model is freed before the next loads
+        self.lm, self.model = load_baseline_lm(setup, self.pretrained, self.dtype), setup.model
+        self.loads += 1
+        return self.lm

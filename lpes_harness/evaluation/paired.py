@@ -190,22 +190,7 @@ def score_methods(lm, task: str, methods: Mapping[str, MethodSetup], *, num_samp
     percents = list(resolve_task(task).positions)
     scorer = PositionScorer(lm, task, percents, metadata=metadata, split=split, num_samples=num_samples,
                             mode=mode, chat_template=chat_template, batch_size=batch_size)
-    chunk = max(CHUNK, batch_size) if isinstance(batch_size, int) else CHUNK
-    report = progress or (lambda name, percent, count: None)
-    previous = list(lm.scales)
-    scores: dict[str, dict[int, list[float]]] = {}
-    try:
-        for name, setup in methods.items():
-            done = functools.partial(report, name)
-            if not setup.is_scaled:
-                with _scored_by(scorer, setup, percents, cache, load_baseline):
-                    scores[name] = _fill(scorer, setup.spec, percents, cache, done, chunk)
-                continue
-            lm.set_scales(list(setup.scales))
-            key = SCALINGS[lm.scaling].canonical(setup.scales)  # a both curve with base factors 1 is its position curve
-            scores[name] = _fill(scorer, key, percents, cache, done, chunk)
-    finally:
-        lm.set_scales(previous)
+    scores = score_rows(scorer, methods, num_samples, cache=cache, progress=progress, load_baseline=load_baseline)
     return {
         "task": task, "split": split, "num_samples": num_samples, "mode": mode,
         "chat_template": scorer.chat_template, "metadata": dict(metadata or {}),
@@ -214,15 +199,42 @@ def score_methods(lm, task: str, methods: Mapping[str, MethodSetup], *, num_samp
     }  # fmt: skip
 
 
-def _fill(scorer, method, percents, cache, report, chunk: int = CHUNK) -> dict[int, list[float]]:
+def score_rows(scorer, methods: Mapping[str, MethodSetup], count: int, *, cache=None, progress=None,
+               load_baseline=None) -> dict[str, dict[int, list[float]]]:
+    """:func:`score_methods`'s scores on a scorer already built (its task loaded once), for the first ``count``
+    samples of each position of its split: a caller that scores many rows on growing counts (a race) builds
+    the scorer once, for the most samples it will need."""
+    lm, batch_size = scorer.lm, scorer.batch_size
+    percents = list(scorer.docs)
+    chunk = max(CHUNK, batch_size) if isinstance(batch_size, int) else CHUNK
+    report = progress or (lambda name, percent, count: None)
+    previous = list(lm.scales)
+    scores: dict[str, dict[int, list[float]]] = {}
+    try:
+        for name, setup in methods.items():
+            done = functools.partial(report, name)
+            if not setup.is_scaled:
+                with _scored_by(scorer, setup, percents, cache, load_baseline, count):
+                    scores[name] = _fill(scorer, setup.spec, percents, cache, done, chunk, count)
+                continue
+            lm.set_scales(list(setup.scales))
+            key = SCALINGS[lm.scaling].canonical(setup.scales)  # a both curve with base factors 1 is its position curve
+            scores[name] = _fill(scorer, key, percents, cache, done, chunk, count)
+    finally:
+        lm.set_scales(previous)
+    return scores
+
+
+def _fill(scorer, method, percents, cache, report, chunk: int = CHUNK, count: int | None = None) -> dict[int, list[float]]:
     """Every sample's score at each of ``percents`` for ``method`` (scales or a baseline's spec).
 
     What the cache lacks is scored about ``chunk`` samples at a time, each chunk saved before the
     next. A chunk holds the same samples at every position: a sample's prompts are the same text
     but where the gold item sits, and the scorer runs the text they share once
     (:meth:`PositionScorer.scores_at`). ``report(percent, count)`` is told of every count done.
+    ``count``: the first so many samples of each position (None: all the scorer has).
     """
-    docs = {percent: scorer.docs[percent] for percent in percents}
+    docs = {percent: scorer.docs[percent][:count] for percent in percents}
     known = {percent: cache.get(method, percent, docs[percent]) if cache is not None else [] for percent in percents}
     for percent in percents:
         report(percent, len(known[percent]))
@@ -239,10 +251,11 @@ def _fill(scorer, method, percents, cache, report, chunk: int = CHUNK) -> dict[i
 
 
 @contextlib.contextmanager
-def _scored_by(scorer, baseline: MethodSetup, percents, cache, load_baseline):
+def _scored_by(scorer, baseline: MethodSetup, percents, cache, load_baseline, count: int | None = None):
     """The shared scorer with ``baseline``'s model in place of the scaled one, through lm-eval's
-    ``loglikelihood``; not loaded at all (25 s for the bundled model) when the cache has every block."""
-    if cache is not None and all(len(cache.get(baseline.spec, p, scorer.docs[p])) >= len(scorer.docs[p])
+    ``loglikelihood``; not loaded at all (25 s for the bundled model) when the cache has every block
+    (of the first ``count`` samples of each position; None: all)."""
+    if cache is not None and all(len(cache.get(baseline.spec, p, scorer.docs[p][:count])) >= len(scorer.docs[p][:count])
                                  for p in percents):
         yield
         return

@@ -55,7 +55,15 @@ class MethodLM(HFLM):
         load = {"pretrained": pretrained, "gguf_file": gguf_file, "device": device, **kwargs}
         prepared = self.before_load(load, **arguments)  # what needs no model, before the (slow) model load
         super().__init__(**hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype")), **kwargs)
+        self._load_arguments = load
         self.after_load(prepared)
+
+    def reconfigure(self, **arguments) -> None:
+        """The method at other settings on the model already loaded: taken off (``remove`` leaves the plain
+        model), checked and installed again by the same two hooks a load runs. A tuner trying many settings
+        of one method loads the weights once instead of once a setting (25 s each for the bundled model)."""
+        METHODS[self.method].load().remove(self.model)
+        self.after_load(self.before_load(self._load_arguments, **arguments))
 
     @classmethod
     def method_arguments(cls) -> list[inspect.Parameter]:

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lpes_harness.evaluation.baseline_rows import load_baseline_lm
+from lpes_harness.evaluation.baseline_rows import BaselineLoader
 from lpes_harness.evaluation.paired import lpes_methods, sample_bar, score_methods
 from lpes_harness.methods.setup import MethodSetup
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, ROLES, combine
@@ -233,12 +233,15 @@ def run_tuning(lm, plan: Mapping, roles: Mapping[str, Sequence[int]], cache, *, 
 
 
 def guarded_loader(pretrained, dtype):
-    """``load_baseline`` for :func:`score_methods`: a refusal by the baseline's checks becomes :class:`Refused`."""
+    """``load_baseline`` for :func:`score_methods`: a refusal by the baseline's checks becomes :class:`Refused`.
+    The candidates of one baseline share one loaded model, each installed on it in turn."""
     from lpes_harness.core.rope_anatomy import LPESError  # a method's refusal, or core RoPE's (a base on llama3 RoPE)
+
+    loader = BaselineLoader(pretrained, dtype)
 
     def load(baseline: MethodSetup):
         try:
-            return load_baseline_lm(baseline, pretrained, dtype)
+            return loader(baseline)
         except LPESError as err:
             raise Refused(" ".join(str(err).split())) from None
 

@@ -99,7 +99,7 @@ class BudgetTooSmall(ValueError):
     """The budget holds no search with a held-out table that can show the gain."""
 
 
-def parse_duration(text) -> float:
+def parse_duration(text, flag: str = "--time-budget") -> float:
     """``600``, ``600s``, ``10m``, ``1.5h``, ``1h30m`` -> seconds (> 0); ``auto`` -> infinity, until the
     start-up timing sets it (:func:`auto_budget`; a resume keeps the checkpoint's deadline)."""
     value = str(text).strip().lower()
@@ -107,11 +107,11 @@ def parse_duration(text) -> float:
         return math.inf
     parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", value)
     if not value or parts is None or not any(parts.groups()):
-        raise ValueError(f"--time-budget {text!r}: give a duration such as 600, 600s, 10m, 1.5h or 1h30m, or auto")
+        raise ValueError(f"{flag} {text!r}: give a duration such as 600, 600s, 10m, 1.5h or 1h30m, or auto")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
     total = 3600 * hours + 60 * minutes + seconds
     if total <= 0:
-        raise ValueError(f"--time-budget {text!r}: must be more than 0 seconds")
+        raise ValueError(f"{flag} {text!r}: must be more than 0 seconds")
     return total
 
 

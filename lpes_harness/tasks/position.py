@@ -295,6 +295,13 @@ def sample_indices(task: PositionTask, options: Mapping[str, Any]) -> list[int]:
     return pool[:wanted]
 
 
+def search_split_size(task: PositionTask, metadata: Mapping[str, Any]) -> int:
+    """How many samples the search split of ``task`` under ``metadata`` holds (200 for generated data)."""
+    options, _ = resolve_options(task, {**metadata, "split": "search", "num_samples": None})
+    num_records = task.count_records(options)
+    return SEARCH_SPLIT_SIZE if num_records is None else min(SEARCH_SPLIT_SIZE, num_records // 2)
+
+
 def _options_key(options: Mapping[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, default=str)
 

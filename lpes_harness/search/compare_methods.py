@@ -1,0 +1,107 @@
+"""What ``lpes-compare`` tunes for each method: its candidate settings, from the table of methods.
+
+- **LPES**: drawn pairs of lines over depth (position and base factors, each line's ends log-uniform in
+  [0.5, 2], Latin-hypercube spread from the seed): the family and draws of ``lpes-search --search-method
+  racing``, on the loaded ``lpes_hf`` under scaling both;
+- **PI**: one factor on every layer, position (the table's grid) or base (0.5 to 4), the best of either;
+- every other method: the Cartesian product of its grid in :data:`lpes_harness.methods.METHODS`, through
+  its own lm-eval model. MoICE runs only with trained routers (``--moice-gates``), positional hidden-state
+  scaling only with its channel setting (``--poshidden-setting``): without them the board says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lpes_harness.methods import METHODS
+from lpes_harness.methods.setup import MethodSetup
+
+# The methods a compare runs, in board order for equal rows: the paper's first, then the rivals.
+COMPARED = ("lpes", "pi", "mspoe", "buckets", "moice", "poshidden", "fitm", "string", "pcd")
+LINE_BOUNDS = ((0.5, 2.0), (0.5, 2.0))  # position, base: racing-smollm2's
+BASE_FACTORS = (0.5, 0.75, 1.25, 1.5, 2.0, 3.0, 4.0)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate: what runs and how the board says it."""
+
+    setup: MethodSetup
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"setup": self.setup.recorded, "model": self.setup.model, "text": self.text}
+
+
+class NotRun(Exception):
+    """A method this compare cannot run on this model with what it was given; the message says what would."""
+
+
+def method_list(text: str | None) -> list[str]:
+    """``--methods`` (comma-separated names of :data:`COMPARED`) -> names; None: all of them."""
+    if text is None:
+        return list(COMPARED)
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in COMPARED]
+    if unknown or not names:
+        raise ValueError(f"--methods {text!r}: {', '.join(unknown) or 'no name'} not among {', '.join(COMPARED)}")
+    return list(dict.fromkeys(names))
+
+
+def line_ends_text(ends) -> str:
+    (p0, p1), (b0, b1) = ends
+    return f"position {p0:.2f} -> {p1:.2f}, base {b0:.2f} -> {b1:.2f} over depth"
+
+
+def lpes_settings(num_layers: int, draws: int, seed: int) -> list[Setting]:
+    from lpes_harness.search.factor_families import Bounds, Lines
+    from lpes_harness.search.line_racing import latin_ends
+
+    family = Lines("both", num_layers, [Bounds(*b) for b in LINE_BOUNDS], [[], []])
+    return [Setting(MethodSetup.of_scales(family.factors(family.initial(ends)).tolist()), line_ends_text(ends))
+            for ends in latin_ends(draws, LINE_BOUNDS, seed)]
+
+
+def pi_settings(num_layers: int) -> list[Setting]:
+    ones = [1.0] * num_layers
+    position = [Setting(MethodSetup.of_scales([float(v)] * num_layers + ones), f"position factor {v:g} on every layer")
+                for v in METHODS["pi"].grid["scales"]]
+    base = [Setting(MethodSetup.of_scales(ones + [float(v)] * num_layers), f"base factor {v:g} on every layer")
+            for v in BASE_FACTORS]
+    return position + base
+
+
+def grid_settings(name: str, fixed: dict | None = None) -> list[Setting]:
+    from lpes_harness.search.baseline_tuning import expand_grid, format_value
+
+    entry = METHODS[name]
+    grid = {k: [format_value(v) for v in values] for k, values in entry.grid.items()}
+    return [Setting(MethodSetup(entry.lm_eval, args), f"`{args}`") for args in expand_grid(grid, fixed or {})]
+
+
+def settings_of(name: str, num_layers: int, *, draws: int, seed: int, moice_gates: str | None = None,
+                poshidden_setting: str | None = None) -> list[Setting]:
+    """The candidates of method ``name`` on a model of ``num_layers`` layers; :class:`NotRun` with the reason."""
+    if name == "lpes":
+        return lpes_settings(num_layers, draws, seed)
+    if name == "pi":
+        return pi_settings(num_layers)
+    if name == "moice":
+        if not moice_gates:
+            raise NotRun("MoICE needs routers trained on this model: give --moice-gates FILE "
+                         "(python -m lpes_harness.commands.train_moice writes one)")
+        return grid_settings(name, {"gates": moice_gates})
+    if name == "poshidden":
+        if not poshidden_setting:
+            raise NotRun("positional hidden-state scaling needs this model's positional channel: give "
+                         "--poshidden-setting FILE (python -m lpes_harness.commands.poshidden_channel writes one)")
+        return grid_settings(name, {"setting": poshidden_setting})
+    return grid_settings(name)
+
+
+def check_files(moice_gates: str | None, poshidden_setting: str | None) -> None:
+    """The given files exist (a one-line refusal before the model loads)."""
+    for flag, path in (("--moice-gates", moice_gates), ("--poshidden-setting", poshidden_setting)):
+        if path and not Path(path).is_file():
+            raise ValueError(f"{flag} {path}: no such file")

@@ -1,0 +1,186 @@
+"""``lpes-compare``: every method tuned on the same forwards (the race plan), the race itself, a setting
+installed on a loaded model equal to that setting loaded fresh, and the command end to end on a tiny model:
+its files, equal budgets, a killed run resumed to the same board, --estimate, and one-line refusals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tiny_models import save_tiny_checkpoint
+
+from lpes_harness.search.method_racing import RacePlan, halving, plan_race, run_race, rung_forwards
+
+# ----------------------------------------------------------------------------- the plan and the race
+
+
+@pytest.mark.parametrize("count,budget,blocks", [(9, 300, 10), (54, 300, 10), (3, 300, 10), (15, 1000, 5),
+                                                  (1, 50, 5), (2, 40, 10), (7, 123, 3)])
+def test_a_race_spends_its_budget_to_within_one_sample_a_block_per_finalist(count, budget, blocks):
+    plan = plan_race(count, budget, blocks, seed=1)
+    alive, _ = plan.rungs[-1]
+    assert plan.forwards <= budget and budget - plan.forwards < alive * blocks
+    assert plan.forwards == rung_forwards(plan.rungs, blocks)
+    for (a, n), (b, m) in zip(plan.rungs, plan.rungs[1:]):  # halved (rounded up), samples grow
+        assert b == (a + 1) // 2 and m > n
+    assert alive <= 2 and len(set(plan.kept)) == len(plan.kept) and list(plan.kept) == sorted(plan.kept)
+
+
+def test_a_grid_too_large_for_the_budget_is_thinned_to_what_one_sample_a_block_allows():
+    plan = plan_race(54, 300, 10, seed=3)
+    assert len(plan.kept) < 54 and rung_forwards(halving(len(plan.kept), 1), 10) <= 300
+    assert rung_forwards(halving(len(plan.kept) + 1, 1), 10) > 300  # not one more would fit
+    assert plan_race(54, 300, 10, seed=3).kept == plan.kept  # the seed decides which
+    with pytest.raises(ValueError, match="cannot score one candidate"):
+        plan_race(5, 9, 10)
+
+
+def test_the_race_keeps_the_better_half_and_ends_at_the_best():
+    truth = {0: 0.2, 1: 0.9, 2: 0.5, 3: 0.7, 4: 0.1}  # candidate -> share of samples right
+    calls = []
+
+    def score(index, n):
+        calls.append((index, n))
+        # A constant score per candidate: its accuracy is its truth on any number of samples.
+        return {block: [truth[index]] * n for block in range(2)}
+
+    plan = plan_race(5, 60, 2)
+    winner, entries = run_race(plan, score)
+    assert winner.index == 1
+    first_rung = {i for i, n in calls if n == plan.rungs[0][1]}
+    assert first_rung == set(plan.kept)
+    later = {i for i, n in calls if n > plan.rungs[0][1]}
+    assert 0 not in later and 4 not in later  # the worst were cut first
+    again, _ = run_race(RacePlan.from_dict(plan.to_dict()), score)  # a replay (a resume) ends the same
+    assert again.index == winner.index
+
+
+# ----------------------------------------------------------------------------- a setting installed in place
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("compare") / "model")
+
+
+@pytest.mark.parametrize("model,first,second", [
+    ("mspoe_hf", "min_ratio=1.0,max_ratio=1.4", "min_ratio=1.3,max_ratio=2.5"),
+    ("pcd_hf", "base_ratio=0.1,weight=0.5", "base_ratio=0.3,weight=1.0"),
+    ("string_hf", "shifted_offset=128,local_window=32", "shifted_offset=64,local_window=16"),
+    ("buckets_hf", "bases=1.0;1.5;2.0", "bases=0.5;1.0"),
+    ("fitm_hf", "temperature=5e-05,strength=0.5", "temperature=0.001,strength=1.0"),
+])
+def test_another_setting_installed_on_a_loaded_model_equals_that_setting_loaded(checkpoint, model, first, second):
+    import torch
+    from lm_eval.utils import simple_parse_args_string
+
+    from lpes_harness.evaluation.baseline_rows import load_baseline_lm
+    from lpes_harness.methods.setup import MethodSetup
+
+    ids = torch.arange(5, 200).remainder(90).add(3)[None, :]
+    reused = load_baseline_lm(MethodSetup(model, first), checkpoint, "float32")
+    before = reused._model_call(ids)
+    reused.reconfigure(**simple_parse_args_string(second))
+    fresh = load_baseline_lm(MethodSetup(model, second), checkpoint, "float32")
+    assert torch.equal(reused._model_call(ids), fresh._model_call(ids))
+    assert not torch.equal(before, fresh._model_call(ids))  # the two settings differ on this input
+
+
+# ----------------------------------------------------------------------------- the command on a tiny model
+
+
+def compare(checkpoint, output, *extra, env=None):
+    command = [sys.executable, "-m", "lpes_harness.commands.compare", "--pretrained", checkpoint, "--task", "needle",
+               "--condition", 'six={"num_sentences": 6}', "--condition", 'eight={"num_sentences": 8}',
+               "--methods", "lpes,pi,pcd,string", "--budget", "20m", "--tuning-forwards", "60", "--heldout-samples", "2", "--lpes-draws", "4",
+               "--dtype", "float32", "--threads", "1", "--output", str(output), *extra]
+    environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def compared(checkpoint, tmp_path_factory):
+    output = tmp_path_factory.mktemp("compared") / "run"
+    done = compare(checkpoint, output)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output, done.stdout
+
+
+def without_latency(board):
+    return [{k: v for k, v in row.items() if not k.startswith("latency")} for row in board["rows"]]
+
+
+def test_the_board_has_a_row_a_method_and_its_files(compared):
+    output, stdout = compared
+    board = json.loads((output / "leaderboard.json").read_text())
+    names = {row["name"] for row in board["rows"]}
+    assert names == {"vanilla", "LPES lines", "PI tuned", "PCD tuned", "STRING tuned"}
+    for name in ("leaderboard.md", "positions.png", "gains.png", "compare.json"):
+        assert (output / name).is_file()
+    assert all(row["n"] == 2 * 2 * 5 for row in board["rows"])  # 2 samples x 5 positions x 2 conditions
+    assert all(row["latency"] > 0 for row in board["rows"])
+    assert "lpes-compare --pretrained" in (output / "leaderboard.md").read_text()
+    assert "written:" in stdout
+
+
+def test_every_method_is_tuned_on_the_same_forwards(compared):
+    output, _ = compared
+    journal = json.loads((output / "compare.json").read_text())
+    forwards = [t["forwards"] for t in journal["tuned"].values()]
+    assert len(forwards) == 4 and max(forwards) <= 1.1 * min(forwards)
+    assert all(f <= journal["plan"]["tuning_forwards"] for f in forwards)
+    # What each race counted is what its score cache holds for its candidates: every forward scored.
+    blocks = journal["plan"]["blocks"]
+    for method, race in journal["plan"]["races"].items():
+        assert race["forwards"] == rung_forwards([tuple(r) for r in race["rungs"]], blocks)
+
+
+def test_a_killed_compare_resumes_to_the_same_board(checkpoint, compared, tmp_path):
+    output, _ = compared
+    journal = json.loads((output / "compare.json").read_text())
+    killed_at = tmp_path / "run"
+    killed_at.mkdir()
+    # The same plan (the timing differs run to run); a kill in the middle of the tuning.
+    (killed_at / "compare.json").write_text(json.dumps({"settings": journal["settings"], "plan": journal["plan"],
+                                                        "started": journal["started"]}))
+    first = compare(checkpoint, killed_at, env={"LPES_TEST_KILL_AT": "score-cache:25"})
+    assert first.returncode == -9, first.stderr[-2000:]
+    assert not (killed_at / "leaderboard.json").exists()
+    done = compare(checkpoint, killed_at)
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed = json.loads((killed_at / "leaderboard.json").read_text())
+    whole = json.loads((output / "leaderboard.json").read_text())
+    assert without_latency(resumed) == without_latency(whole)
+
+
+def test_estimate_writes_nothing(checkpoint, tmp_path):
+    done = compare(checkpoint, tmp_path / "est", "--estimate")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tuning:" in done.stdout and "forwards for each of 4 methods" in done.stdout
+    assert not (tmp_path / "est").exists()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--methods", "lpes,nope"], "--methods 'lpes,nope': nope not among"),
+    (["--budget", "soon"], "--budget 'soon': give a duration"),
+    (["--condition", "bad"], "expected NAME={json options}"),
+    (["--heldout-samples", "0"], "--heldout-samples 0: give a positive number or auto"),
+    (["--heldout-samples", "many"], "--heldout-samples many: give a positive number or auto"),
+    (["--moice-gates", "/no/such/gates.pt"], "--moice-gates /no/such/gates.pt: no such file"),
+])
+def test_bad_input_is_one_line_before_the_model_loads(checkpoint, tmp_path, extra, message):
+    done = compare(checkpoint, tmp_path / "bad", *extra)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad").exists()
+
+
+def test_a_folder_of_another_compare_is_refused(checkpoint, compared):
+    output, _ = compared
+    done = compare(checkpoint, output, "--lpes-draws", "5")
+    assert done.returncode == 2 and "holds a compare of other settings (draws differ)" in done.stderr, done.stderr
+
+
+def test_a_race_never_plans_more_samples_than_the_split_holds():
+    plan = plan_race(4, 100_000, 10, most=200)
+    assert plan.rungs[-1][1] == 200 and plan.forwards < 100_000
