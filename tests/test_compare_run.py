@@ -184,3 +184,12 @@ def test_a_folder_of_another_compare_is_refused(checkpoint, compared):
 def test_a_race_never_plans_more_samples_than_the_split_holds():
     plan = plan_race(4, 100_000, 10, most=200)
     assert plan.rungs[-1][1] == 200 and plan.forwards < 100_000
+
+
+def test_equal_races_bring_every_method_within_ten_percent():
+    from lpes_harness.search.compare_run import equal_races
+
+    for budget in (30, 35, 47, 120, 1000):
+        races = equal_races({"lpes": 15, "pi": 16, "mspoe": 54, "buckets": 3, "pcd": 9}, budget, 5, 0, 200)
+        spent = [race["forwards"] for race in races.values()]
+        assert max(spent) <= 1.1 * min(spent) and max(spent) <= budget, (budget, spent)

@@ -15,6 +15,7 @@ import argparse
 import json
 import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -42,7 +43,7 @@ examples:
 def build_parser():
     from lpes_harness.search.compare_methods import COMPARED
 
-    p = flags.CommandParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+    p = flags.CommandParser(prog=PROG, description=textwrap.fill(DESCRIPTION, 100), epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     flags.add_pretrained(p)
     flags.add_task(p, "multi_needle")
@@ -163,12 +164,13 @@ def run(parser, args, settings, lm, journal, launched: float) -> None:
                  f"(successive halving over its settings); held-out: {plan['heldout_samples']} samples per gold "
                  f"position per condition ({', '.join(c.name for c in settings.conditions)}), seed of the task's "
                  f"split as given. Latency: one prefill forward of a {latency['tokens']}-token held-out prompt.")
-    board = build_board(board_rows(compare, heldout, latency), title=f"lpes-compare: {lm.model.config._name_or_path or settings.pretrained or 'smollm2'} on {settings.task}",
-                        command=settings.command, machine=f"{machine_description(str(lm.device))}, {settings.dtype}",
-                        notes=notes)
+    title = f"lpes-compare: {settings.pretrained or 'smollm2 (the bundled SmolLM2-135M-Instruct)'} on {settings.task}"
+    board = build_board(board_rows(compare, heldout, latency), title=title, command=settings.command,
+                        machine=f"{machine_description(str(lm.device))}, {settings.dtype}", notes=notes)
     files = write_board(settings.output, board)
-    compare.journal["finished"] = time.time()
-    compare.journal["wall_seconds"] = round(compare.journal["finished"] - compare.journal["started"], 1)
+    # The first finish is the run's wall time; writing the board again later (a rerun) does not move it.
+    compare.journal.setdefault("finished", time.time())
+    compare.journal.setdefault("wall_seconds", round(compare.journal["finished"] - compare.journal["started"], 1))
     compare.save()
     print("\n".join(board["headline"]))
     print("written: " + ", ".join(str(p) for p in files.values()))

@@ -203,10 +203,8 @@ class Compare:
                              f"{heldout} held-out samples per position; a race needs at least {need}: give a larger "
                              f"--budget, fewer --heldout-samples or fewer --methods")
         most = min(search_split_size(resolve_task(c.task), c.metadata) for c in self.args.conditions)
-        races = {m: plan_race(len(candidates[m]), tuning, blocks, self.args.seed, most) for m in methods}
-        # A race capped by the split's size spends less than the budget; the others then get no more than it did.
-        tuning = min([tuning, *(race.forwards for race in races.values())])
-        races = {m: plan_race(len(candidates[m]), tuning, blocks, self.args.seed, most).to_dict() for m in methods}
+        races = equal_races({m: len(candidates[m]) for m in methods}, tuning, blocks, self.args.seed, most)
+        tuning = max(race["forwards"] for race in races.values())
         self.journal["plan"] = {
             "seconds_per_forward": costs, "heldout_samples": heldout, "tuning_forwards": tuning, "blocks": blocks,
             "races": races, "skipped": skipped, "estimate_seconds": round(
@@ -228,7 +226,8 @@ class Compare:
             scored = self.score({settings[index].text: settings[index].setup}, "search", n, progress)
             return {f"{c}@{p}": v for c, by in scored[settings[index].text].items() for p, v in by.items()}
 
-        with sample_bar(saved.forwards) as bar:
+        # The bar counts what each rung reports, a survivor's earlier samples (cached) again.
+        with sample_bar(sum(alive * seen for alive, seen in saved.rungs) * saved.blocks) as bar:
             def progress(name, percent, count):
                 bar(method, percent, count)
 
@@ -294,6 +293,19 @@ class Compare:
                                    "percent": percent}
         self.save()
         return self.journal["latency"]
+
+
+def equal_races(counts: dict, budget: int, blocks: int, seed: int, most: int) -> dict:
+    """Each method's race (``counts``: its candidates) on the same forwards, to within 10 %: a race spends up to
+    one sample a block per finalist less than its budget (a capped one less still), so the budget comes down to
+    the least any race spends until every race is within 10 % of the others."""
+    for _ in range(20):
+        races = {m: plan_race(count, budget, blocks, seed, most) for m, count in counts.items()}
+        spent = [race.forwards for race in races.values()]
+        if max(spent) <= 1.1 * min(spent) or min(spent) == budget:
+            break
+        budget = min(spent)
+    return {m: race.to_dict() for m, race in races.items()}
 
 
 def board_rows(compare: Compare, heldout: dict, latency: dict) -> list[dict]:
