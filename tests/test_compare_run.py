@@ -193,3 +193,23 @@ def test_equal_races_bring_every_method_within_ten_percent():
         races = equal_races({"lpes": 15, "pi": 16, "mspoe": 54, "buckets": 3, "pcd": 9}, budget, 5, 0, 200)
         spent = [race["forwards"] for race in races.values()]
         assert max(spent) <= 1.1 * min(spent) and max(spent) <= budget, (budget, spent)
+
+
+def test_a_grid_setting_the_method_refuses_is_no_candidate():
+    from lpes_harness.methods import METHODS
+    from lpes_harness.search.compare_methods import accepted, grid_settings
+
+    settings = [s.setup.args for s in grid_settings("mspoe")]
+    grid = METHODS["mspoe"].grid
+    pairs = [(a, b) for a in grid["min_ratio"] for b in grid["max_ratio"]]
+    assert len(settings) == sum(a <= b for a, b in pairs) < len(pairs)  # min_ratio above max_ratio is refused
+    assert not accepted("mspoe_hf", "min_ratio=1.5,max_ratio=1.2") and accepted("mspoe_hf", "min_ratio=1.2,max_ratio=1.5")
+    assert len(grid_settings("pcd")) == 9  # a grid the method takes whole stays whole
+
+
+def test_a_setting_reads_back_from_the_journal_as_it_was():
+    from lpes_harness.search.compare_methods import Setting, lpes_settings, pi_settings, settings_of
+
+    for setting in [*lpes_settings(4, 3, 0), *pi_settings(4), *settings_of("pcd", 4, draws=3, seed=0)]:
+        again = Setting.from_dict(json.loads(json.dumps(setting.to_dict())))
+        assert again == setting

@@ -33,6 +33,13 @@ class Setting:
     def to_dict(self) -> dict:
         return {"setup": self.setup.recorded, "model": self.setup.model, "text": self.text}
 
+    @classmethod
+    def from_dict(cls, saved: dict) -> Setting:
+        recorded = saved["setup"]
+        if isinstance(recorded, list):
+            return cls(MethodSetup.of_scales(recorded), saved["text"])
+        return cls(MethodSetup(saved["model"], recorded.partition(":")[2]), saved["text"])
+
 
 class NotRun(Exception):
     """A method this compare cannot run on this model with what it was given; the message says what would."""
@@ -73,11 +80,30 @@ def pi_settings(num_layers: int) -> list[Setting]:
 
 
 def grid_settings(name: str, fixed: dict | None = None) -> list[Setting]:
+    """The grid's settings that the method's own checks accept (Ms-PoE's grid pairs a min_ratio above a
+    max_ratio, which it refuses): a race spends nothing on a setting that cannot run."""
     from lpes_harness.search.baseline_tuning import expand_grid, format_value
 
     entry = METHODS[name]
     grid = {k: [format_value(v) for v in values] for k, values in entry.grid.items()}
-    return [Setting(MethodSetup(entry.lm_eval, args), f"`{args}`") for args in expand_grid(grid, fixed or {})]
+    return [Setting(MethodSetup(entry.lm_eval, args), f"`{args}`") for args in expand_grid(grid, fixed or {})
+            if accepted(entry.lm_eval, args)]
+
+
+def accepted(model: str, args: str) -> bool:
+    """Whether ``model``'s lm-eval class takes ``args``: its checks before a load (``before_load``), run on a
+    bare instance, with no model loaded."""
+    from lm_eval.api.registry import get_model
+    from lm_eval.utils import simple_parse_args_string
+
+    from lpes_harness.core.rope_anatomy import LPESError
+
+    klass = get_model(model)
+    try:
+        klass.before_load(klass.__new__(klass), {}, **simple_parse_args_string(args))
+    except LPESError:
+        return False
+    return True
 
 
 def settings_of(name: str, num_layers: int, *, draws: int, seed: int, moice_gates: str | None = None,

@@ -148,6 +148,11 @@ class Compare:
         return MethodSetup.of_scales([1.0] * (2 * self.num_layers))
 
     def settings(self, method: str) -> list[Setting]:
+        """The method's candidates: the plan's, once there is one (a resume races what the run planned, whatever
+        the table's grids have become since), else the table's."""
+        planned = self.journal.get("plan", {}).get("candidates", {}).get(method)
+        if planned is not None:
+            return [Setting.from_dict(saved) for saved in planned]
         return settings_of(method, self.num_layers, draws=self.args.draws, seed=self.args.seed,
                            moice_gates=self.args.moice_gates, poshidden_setting=self.args.poshidden_setting)
 
@@ -204,12 +209,16 @@ class Compare:
                              f"--budget, fewer --heldout-samples or fewer --methods")
         most = min(search_split_size(resolve_task(c.task), c.metadata) for c in self.args.conditions)
         races = equal_races({m: len(candidates[m]) for m in methods}, tuning, blocks, self.args.seed, most)
+        spent = sum(race["forwards"] * costs[m] for m, race in races.items())
         tuning = max(race["forwards"] for race in races.values())
+        if self.args.heldout_samples is None and self.args.tuning_forwards is None:
+            # What equal races could not spend goes to the held-out table: more samples for every row.
+            unspent = left - latency - heldout * blocks * per_row - spent
+            heldout = min(MAX_HELDOUT, heldout + max(0, math.floor(unspent / (per_row * blocks))))
         self.journal["plan"] = {
             "seconds_per_forward": costs, "heldout_samples": heldout, "tuning_forwards": tuning, "blocks": blocks,
             "races": races, "skipped": skipped, "estimate_seconds": round(
-                time.time() - launched + loads + latency + heldout * blocks * per_row
-                + tuning * sum(costs[m] for m in methods), 1),
+                time.time() - launched + loads + latency + heldout * blocks * per_row + spent, 1),
             "candidates": {m: [s.to_dict() for s in candidates[m]] for m in methods},
         }  # fmt: skip
         return self.journal["plan"]
