@@ -111,7 +111,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "mspoe_hf", f"{_OWN_LM}:MsPoELM",
            (Parameter("min_ratio", default=1.2, **_RATIO, help="the smallest head ratio"),
             Parameter("max_ratio", default=1.8, **_RATIO, help="the bound of the head ratios (just below the largest)")),
-           grid={"min_ratio": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5), "max_ratio": (1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.5, 3.0, 3.5)}),
+           # Ratios below 1 too: on SmolLM2 every ratio from 1 up silenced the model, and 0.8-1.0 tuned it (the leaderboard).
+           grid={"min_ratio": (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5),
+                 "max_ratio": (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.5, 3.0, 3.5)}),
     Method("buckets", "Buckets", "Attention Buckets (Chen et al. 2023): K copies of the input, each with its "
            "own RoPE base, logits merged by each copy's confidence", "lpes_harness.methods.buckets", "buckets_hf",
            f"{_OWN_LM}:BucketsLM",
