@@ -328,10 +328,6 @@ def board_rows(compare: Compare, heldout: dict, latency: dict) -> list[dict]:
     return out
 
 
-def seconds(journal: dict) -> float:
-    return time.time() - journal["started"]
-
-
 def describe_plan(plan: dict, methods: Sequence[str]) -> list[str]:
     """The plan in a few lines, for the start of a run and ``--estimate``."""
     from lpes_harness.search.timing import duration

@@ -116,38 +116,18 @@ def gradient_plan(args, lm, fitness_config, fitness, spec, spent: float):
     """The run's cost with the gradient stage, printed before it runs, from its own steps timed here (and a
     fitness sample for the stages after it); ``--time-budget auto`` is set from that sample as the GA's is.
     Returns the samples built, which the stage then uses."""
-    from lpes_harness.search.budget import auto_budget
-    from lpes_harness.search.selection import validation_forwards
-    from lpes_harness.search.timing import duration, heldout_rows, heldout_share, time_one_sample
+    from lpes_harness.search.timing import duration, print_stage_plan
 
     samples = build_samples(args, lm, fitness_config, args.gradient_samples)
     step = step_seconds(lm, samples, build_family(args, spec), args.loss)
-    per_sample = time_one_sample(fitness)
-    share = heldout_share(fitness) if (args.validation_samples or args.heldout_samples) else 1.0
-    if args.time_budget_seconds and args.time_budget_seconds == float("inf"):
-        args.time_budget_seconds = auto_budget(per_sample, spent)
     steps = args.gradient_forwards // (len(samples) * 3)
     forwards = steps * len(samples) * 3
-    parts = [("the gradient search", f"{steps} steps of {len(samples)} samples (a forward and a backward each), "
-                                     f"{forwards} forwards", steps * step)]
-    if args.uniform_tuning:
-        uniform = math.ceil(args.uniform_share * forwards)
-        parts.append(("uniform.json", f"{uniform} forwards", uniform * per_sample))
-    positions = sum(fitness.sizes.values()) // args.num_samples
-    if args.validation_samples:
-        planned = validation_forwards(args, positions)
-        parts.append(("the validation", f"{planned} forwards if two candidates go on to the most samples",
-                      planned * per_sample * share))
-    if args.heldout_samples:
-        table = heldout_rows(args) * positions * args.heldout_samples
-        parts.append(("the held-out table", f"{table} forwards", table * per_sample * share))
-    total = spent + sum(seconds for *_, seconds in parts)
-    print("cost estimate (gradient search; a step " f"{duration(step)} here, a fitness sample {per_sample:.2f} s): "
-          + "; then ".join(f"{name}, {what} = {duration(seconds)}" for name, what, seconds in parts)
-          + f"; about {duration(total)} in all with the {duration(spent)} of start-up", flush=True)
-    if args.time_budget_seconds and total > args.time_budget_seconds:
-        print(f"--time-budget {duration(args.time_budget_seconds)}: the gradient search stops early, before a step "
-              "that its uniform factors and validation could not follow in time", flush=True)
+    print_stage_plan(args, fitness, spent, method="gradient search", detail=f"a step {duration(step)} here, ",
+                     search_forwards=forwards,
+                     search=("the gradient search", f"{steps} steps of {len(samples)} samples (a forward and a "
+                                                    f"backward each), {forwards} forwards", steps * step),
+                     stops="the gradient search stops early, before a step that its uniform factors and validation "
+                           "could not follow in time")
     return samples
 
 

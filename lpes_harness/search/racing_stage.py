@@ -70,39 +70,18 @@ def race_seconds(config, seconds: list[float]) -> float:
 def racing_plan(args, lm, fitness_config, fitness, spec, spent: float):
     """The run's cost with the racing stage, printed before it runs, from its own samples timed here (and a
     fitness sample for the stages after it). Returns the samples built, which the stage then uses."""
-    from lpes_harness.search.budget import auto_budget
     from lpes_harness.search.gradient_stage import build_samples
-    from lpes_harness.search.selection import validation_forwards
-    from lpes_harness.search.timing import duration, heldout_rows, heldout_share, time_one_sample
+    from lpes_harness.search.timing import print_stage_plan
 
     samples = build_samples(args, lm, fitness_config, args.racing_samples)
     config = racing_config(args)
     racing = race_seconds(config, forward_seconds(lm, samples))
-    per_sample = time_one_sample(fitness)
-    share = heldout_share(fitness) if (args.validation_samples or args.heldout_samples) else 1.0
-    if args.time_budget_seconds and args.time_budget_seconds == float("inf"):
-        args.time_budget_seconds = auto_budget(per_sample, spent)
     rungs = " -> ".join(f"{alive} on {seen}" for alive, seen in config.rungs())
-    parts = [("the race", f"{config.draws} line pairs and the plain model ({rungs} samples), {config.forwards()} "
-                          "forwards", racing)]
-    if args.uniform_tuning:
-        uniform = math.ceil(config.forwards() * args.uniform_share)
-        parts.append(("uniform.json", f"{uniform} forwards", uniform * per_sample))
-    positions = sum(fitness.sizes.values()) // args.num_samples
-    if args.validation_samples:
-        planned = validation_forwards(args, positions)
-        parts.append(("the validation", f"{planned} forwards if two candidates go on to the most samples",
-                      planned * per_sample * share))
-    if args.heldout_samples:
-        table = heldout_rows(args) * positions * args.heldout_samples
-        parts.append(("the held-out table", f"{table} forwards", table * per_sample * share))
-    total = spent + sum(seconds for *_, seconds in parts)
-    print(f"cost estimate (racing lines; a fitness sample {per_sample:.2f} s): "
-          + "; then ".join(f"{name}, {what} = {duration(seconds)}" for name, what, seconds in parts)
-          + f"; about {duration(total)} in all with the {duration(spent)} of start-up", flush=True)
-    if args.time_budget_seconds and total > args.time_budget_seconds:
-        print(f"--time-budget {duration(args.time_budget_seconds)}: the race stops before a rung that its uniform "
-              "factors and validation could not follow in time", flush=True)
+    print_stage_plan(args, fitness, spent, method="racing lines", detail="", search_forwards=config.forwards(),
+                     search=("the race", f"{config.draws} line pairs and the plain model ({rungs} samples), "
+                                         f"{config.forwards()} forwards", racing),
+                     stops="the race stops before a rung that its uniform factors and validation could not follow "
+                           "in time")
     return samples
 
 

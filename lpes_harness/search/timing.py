@@ -177,3 +177,34 @@ class StageDeadline:
         spent = now - self.started + chunk_seconds  # the stage's time with the chunk
         after = self.args.uniform_share * spent * bool(self.args.uniform_tuning) + self.validation
         return now + chunk_seconds + after <= self.deadline
+
+
+def print_stage_plan(args, fitness, spent: float, *, method: str, detail: str, search: tuple[str, str, float],
+                     search_forwards: int, stops: str) -> None:
+    """The cost of a run whose search stage is a chunked one (the gradient search, the race), printed before it
+    runs: ``search`` (its name, what it does, its seconds timed by the stage), then the stages after it, timed
+    from one fitness sample (``uniform.json`` on ``--uniform-share`` of ``search_forwards``, the validation,
+    the held-out table). ``--time-budget auto`` is set from that sample as the GA's is; ``stops`` says where
+    the stage stops when the estimate is over the budget. ``detail``: what the header says before the sample."""
+    per_sample = time_one_sample(fitness)
+    share = heldout_share(fitness) if (args.validation_samples or args.heldout_samples) else 1.0
+    if args.time_budget_seconds and args.time_budget_seconds == float("inf"):
+        args.time_budget_seconds = auto_budget(per_sample, spent)
+    parts = [search]
+    if args.uniform_tuning:
+        uniform = math.ceil(args.uniform_share * search_forwards)
+        parts.append(("uniform.json", f"{uniform} forwards", uniform * per_sample))
+    positions = sum(fitness.sizes.values()) // args.num_samples
+    if args.validation_samples:
+        planned = validation_forwards(args, positions)
+        parts.append(("the validation", f"{planned} forwards if two candidates go on to the most samples",
+                      planned * per_sample * share))
+    if args.heldout_samples:
+        table = heldout_rows(args) * positions * args.heldout_samples
+        parts.append(("the held-out table", f"{table} forwards", table * per_sample * share))
+    total = spent + sum(seconds for *_, seconds in parts)
+    print(f"cost estimate ({method}; {detail}a fitness sample {per_sample:.2f} s): "
+          + "; then ".join(f"{name}, {what} = {duration(seconds)}" for name, what, seconds in parts)
+          + f"; about {duration(total)} in all with the {duration(spent)} of start-up", flush=True)
+    if args.time_budget_seconds and total > args.time_budget_seconds:
+        print(f"--time-budget {duration(args.time_budget_seconds)}: {stops}", flush=True)
