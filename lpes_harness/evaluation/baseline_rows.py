@@ -59,7 +59,7 @@ class BaselineLoader:
     (:meth:`~lpes_harness.lmeval.method_lm.MethodLM.reconfigure`), another method loads its own."""
 
     def __init__(self, pretrained: str | None, dtype: str):
-        self.pretrained, self.dtype, self.lm, self.model, self.loads = pretrained, dtype, None, None, 0
+        self.pretrained, self.dtype, self.lm, self.model = pretrained, dtype, None, None
 
     def __call__(self, setup: MethodSetup):
         from lm_eval.utils import simple_parse_args_string
@@ -71,5 +71,4 @@ class BaselineLoader:
             return self.lm
         self.lm = None  # the previous model is freed before the next loads
         self.lm, self.model = load_baseline_lm(setup, self.pretrained, self.dtype), setup.model
-        self.loads += 1
         return self.lm
