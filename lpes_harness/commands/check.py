@@ -34,6 +34,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from lpes_harness.evaluation.conditions import apply_chat_template
 from lpes_harness.evaluation.validity import check_task, format_report, judge
 from lpes_harness.commands import flags
 from lpes_harness.core.models import check_dtype
@@ -90,15 +91,12 @@ def main(argv=None) -> None:
         result = rejudge(parser, args.answers_from, args.task)
     else:
         result = check_task(load_lm(args), args.task, num_samples=args.num_samples, metadata=metadata,
-                            split=args.split, chat_template=CHAT[args.chat_template])
+                            split=args.split, chat_template=apply_chat_template(args.chat_template))
     print(format_report(result))
     if args.json:
         from lpes_harness.core.files import atomic_write_json
 
         atomic_write_json(Path(args.json), result, indent=1)
-
-
-CHAT = {"auto": None, "on": True, "off": False}
 
 
 def model_kwargs(parser: argparse.ArgumentParser, args) -> dict:
@@ -162,7 +160,7 @@ def run_grid(parser: argparse.ArgumentParser, args, metadata: Mapping) -> None:
 
     def check(setting_metadata: dict) -> dict:
         result = check_task(lm, args.task, num_samples=args.num_samples, metadata=setting_metadata, split=args.split,
-                            chat_template=CHAT[args.chat_template])
+                            chat_template=apply_chat_template(args.chat_template))
         print(format_report(result), flush=True)
         return result
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 from lpes_harness.evaluation.baseline_rows import load_baseline_lm, parse_baselines
+from lpes_harness.evaluation.conditions import apply_chat_template
 from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.evaluation.score_cache import ScoreCache
 from lpes_harness.commands import flags
@@ -113,7 +115,7 @@ def main(argv=None) -> None:
         dtype = run_dtype(args.dtype, recorded)
     except ValueError as err:
         parser.error(str(err))
-    chat = {"auto": None, "on": True, "off": False}[args.chat_template]
+    chat = apply_chat_template(args.chat_template)
     identity = cache_identity(args.task, metadata, args.chat_template, args.pretrained, dtype, scaling)
     try:
         cache = ScoreCache(Path(args.output) / CACHE_FILE, identity)

@@ -18,6 +18,14 @@ OWN_KEYS = ("task", "chat_template")
 CHAT_TEMPLATE_VALUES = ("auto", "on", "off")
 
 
+def apply_chat_template(value: str) -> bool | None:
+    """A ``--chat-template`` / condition value as the scorers take it: ``on`` True, ``off`` False, ``auto`` None
+    (the task's own default: the bundled model's tasks apply it)."""
+    if value not in CHAT_TEMPLATE_VALUES:
+        raise ValueError(f"chat template {value!r}: must be on, off or auto")
+    return {"auto": None, "on": True, "off": False}[value]
+
+
 def parse_condition(text: str) -> tuple[str, dict]:
     """``NAME={json}`` -> (name, options)."""
     name, sep, options = text.partition("=")

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.evaluation.baseline_rows import BaselineLoader
+from lpes_harness.evaluation.conditions import apply_chat_template
 from lpes_harness.evaluation.paired import lpes_methods, sample_bar, score_methods
 from lpes_harness.methods.setup import MethodSetup
 from lpes_harness.search.fitness import DEFAULT_WEIGHTS, ROLES, combine
@@ -211,7 +212,7 @@ def run_tuning(lm, plan: Mapping, roles: Mapping[str, Sequence[int]], cache, *, 
     task, num_samples = plan["task"], plan["num_samples"]
     per_candidate = len(resolve_task(task).positions) * num_samples
     count = len(plan.get("values") or plan.get("arg_strings"))
-    chat = {"auto": None, "on": True, "off": False}[chat_template]
+    chat = apply_chat_template(chat_template)
     before = sum(len(block) for block in cache.blocks.values())
 
     def score(lm, methods, **kwargs):

@@ -26,7 +26,7 @@ from typing import Sequence
 
 from lpes_harness.core.files import atomic_write_json, read_json_or_none
 from lpes_harness.evaluation.baseline_rows import BaselineLoader
-from lpes_harness.evaluation.conditions import Condition, slug
+from lpes_harness.evaluation.conditions import Condition, apply_chat_template, slug
 from lpes_harness.evaluation.paired import cache_identity, sample_bar, score_rows
 from lpes_harness.evaluation.score_cache import ScoreCache
 from lpes_harness.methods import METHODS, rope_entry
@@ -120,7 +120,7 @@ class Compare:
         most = self.most_samples(split)
         key = (split, condition.name, most)
         if key not in self._scorers:
-            chat = {"auto": None, "on": True, "off": False}[condition.chat_template]
+            chat = apply_chat_template(condition.chat_template)
             self._scorers[key] = PositionScorer(self.lm, condition.task, list(resolve_task(condition.task).positions),
                                                 metadata=condition.metadata, split=split, num_samples=most,
                                                 chat_template=chat)

@@ -25,6 +25,7 @@ import time
 from dataclasses import replace
 from typing import Mapping, Sequence
 
+from lpes_harness.evaluation.conditions import apply_chat_template
 from lpes_harness.lmeval.position_scorer import max_sample_score
 from lpes_harness.search.fitness import FITNESS_DECIMALS, ROLES, FitnessConfig, LMEvalFitness, combine, raced_groups
 from lpes_harness.search.sample_order import HardestFirst
@@ -127,10 +128,9 @@ def condition_configs(conditions, base: FitnessConfig) -> dict[str, FitnessConfi
     fitness settings with the condition's task, options and chat template."""
     from dataclasses import replace
 
-    chat = {"auto": None, "on": True, "off": False}
     configs = {}
     for condition in conditions:
         positions = base.positions if condition.task == base.task else None  # another task: its own roles
         configs[condition.name] = replace(base, task=condition.task, metadata=dict(condition.metadata),
-                                          chat_template=chat[condition.chat_template], positions=positions)
+                                          chat_template=apply_chat_template(condition.chat_template), positions=positions)
     return configs

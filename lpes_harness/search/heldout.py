@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lpes_harness.evaluation.conditions import Condition, slug
+from lpes_harness.evaluation.conditions import Condition, apply_chat_template, slug
 from lpes_harness.core.files import atomic_write_json
 from lpes_harness.core.scaling import SCALINGS
 from lpes_harness.methods.setup import MethodSetup
@@ -112,7 +112,6 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
     from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison
 
     started = time.perf_counter()
-    chat = {"auto": None, "on": True, "off": False}
     averages, files = {}, {}
     for condition in conditions:
         folder = folders(output, conditions, several)[condition.name]
@@ -122,7 +121,7 @@ def evaluate(lm, args, conditions: Sequence[Condition], several: bool, methods: 
         total = len(methods) * len(paired.task_positions(condition.task)) * args.heldout_samples
         with paired.sample_bar(total, disable=args.no_progress or None) as progress:
             scored = paired.score_methods(lm, condition.task, methods, num_samples=args.heldout_samples,
-                                          metadata=condition.metadata, chat_template=chat[condition.chat_template],
+                                          metadata=condition.metadata, chat_template=apply_chat_template(condition.chat_template),
                                           cache=cache(folder, condition, args), progress=progress,
                                           batch_size=batch_size)
         if args.layer_type:

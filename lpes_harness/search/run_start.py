@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from lpes_harness.core.models import auto_dtype, choose_dtype, default_device
-from lpes_harness.evaluation.conditions import Condition
+from lpes_harness.evaluation.conditions import Condition, apply_chat_template
 from lpes_harness.search.callbacks import load_checkpoint
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.fingerprint import fingerprint
@@ -150,7 +150,7 @@ def _configure(args) -> tuple[SearchConfig, FitnessConfig, dict]:
     fitness_config = FitnessConfig(
         task=args.task, fitness=args.fitness, objective=args.objective, weights=args.weights_dict, positions=args.positions_dict,
         metadata=args.metadata, num_samples=args.num_samples, chunk_size=args.chunk_size, racing=args.racing,
-        scorer=args.scorer, chat_template={"auto": None, "on": True, "off": False}[args.chat_template],
+        scorer=args.scorer, chat_template=apply_chat_template(args.chat_template),
         batch_size=int(args.batch_size) if str(args.batch_size).isdigit() else args.batch_size,
         sample_order=args.sample_order,
     )
