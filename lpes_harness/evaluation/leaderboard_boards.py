@@ -43,6 +43,9 @@ class Board:
     latency: str = ""
     latency_where: str = ""
     latency_command: str = ""  # what wrote ``latency``, to which the page adds a --setting for each row timed at its defaults
+    # A few words each for the picture's panel (:mod:`.leaderboard_figure`), where ``about`` would not fit.
+    figure_setting: str = ""
+    figure_machine: str = ""
 
 
 _SMOLLM2_SAMPLES = ("--num-samples 200 --metadata '{\"seed\": 20261123}' --dtype bfloat16 \\\n"
@@ -87,6 +90,8 @@ BOARDS = (
                         "results/moice/smollm2.gates.pt \\\n"
                         "    --poshidden-setting results/poshidden/smollm2_multi_needle.json "
                         "--json results/leaderboard_smollm2/latency.json",
+        figure_setting="multi_needle held-out, 60 sentences, 8 needles, chat template, bfloat16",
+        figure_machine="2-core CPUs (AMD EPYC; some rows Intel Xeon)",
     ),
     Board(
         model="Gemma-3-270M",
@@ -130,6 +135,8 @@ BOARDS = (
                       "([its README](../results/leaderboard_gemma3/README.md))",
         latency_command="python benchmarks/latency.py --pretrained gemma3-270m --samples 1 --repeats 10 --new-tokens 16 "
                         "--threads 2 \\\n    --json results/leaderboard_gemma3/latency.json",
+        figure_setting="multi_needle held-out, 240 sentences, no chat template, bfloat16",
+        figure_machine="one H200 (three tuned rivals on a 2-core Intel Xeon)",
     ),
 )
 
