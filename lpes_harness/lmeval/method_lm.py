@@ -14,7 +14,9 @@ names). Two hooks are all a subclass may change of the loading:
   ``install`` with the entry's ``install_args``);
 
 and :meth:`MethodLM.method_info` is what lm-eval's model info records (default: the entry's
-``settings(model)`` under its name). Beyond that a subclass adds what its method needs of HFLM
+``settings(model)`` under its name). Around the hooks, MethodLM itself installs the LPES curve of
+``lpes_scales=`` under a method that stacks with one (:mod:`.lpes_stack`), before the method, and takes
+it off after it; the model info then names the stack (``lpes+pcd``) and the curve. Beyond that a subclass adds what its method needs of HFLM
 (its own ``loglikelihood`` or decoding loop: :mod:`.method_models`).
 
 An entry with no class of its own (``lm_class`` None) is run by :class:`MethodLM` bound to it,
@@ -30,8 +32,10 @@ from typing import Any
 
 from lm_eval.models.huggingface import HFLM
 
-from lpes_harness.methods import METHODS
+from lpes_harness.core import rope
 from lpes_harness.core.models import hflm_model_args
+from lpes_harness.lmeval.lpes_stack import STACK_ARGUMENTS, parse_curve, stack_parameters
+from lpes_harness.methods import METHODS
 
 
 def install_arguments(name: str) -> list[inspect.Parameter]:
@@ -43,6 +47,7 @@ class MethodLM(HFLM):
     """HFLM with one method of the table installed on the model it loads."""
 
     method = ""  # the entry of METHODS this class runs
+    lpes_curve = None  # the LPES curve under the method (a CurveUnder), where lpes_scales= gives one
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -50,27 +55,51 @@ class MethodLM(HFLM):
             cls.__init__ = _signed_init(cls)
 
     def __init__(self, pretrained: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        own = {p.name for p in self.method_arguments()}
+        # The stack's arguments too, on every method: one that does not stack refuses them in one line.
+        own = {p.name for p in self.method_arguments()} | set(STACK_ARGUMENTS)
         arguments = {name: kwargs.pop(name) for name in list(kwargs) if name in own}
         load = {"pretrained": pretrained, "gguf_file": gguf_file, "device": device, **kwargs}
-        prepared = self.before_load(load, **arguments)  # what needs no model, before the (slow) model load
+        prepared = self.prepare(load, **arguments)  # what needs no model, before the (slow) model load
         super().__init__(**hflm_model_args(pretrained, gguf_file, device, kwargs.get("dtype")), **kwargs)
         self._load_arguments = load
-        self.after_load(prepared)
+        self._install(prepared)
 
     def reconfigure(self, **arguments) -> None:
-        """The method at other settings on the model already loaded: taken off (``remove`` leaves the plain
-        model), checked and installed again by the same two hooks a load runs. A tuner trying many settings
-        of one method loads the weights once instead of once a setting (25 s each for the bundled model)."""
+        """The method at other settings on the model already loaded, as a load with these arguments would
+        install it: checked by the steps a load runs, taken off (``remove`` leaves the plain model), the
+        curve under it after it, and installed again (a stack's curve only where ``lpes_scales`` is among
+        ``arguments``). A tuner trying many settings of one method loads the weights once instead of once
+        a setting (25 s each for the bundled model)."""
+        installed_curve = self.lpes_curve
+        prepared = self.prepare(self._load_arguments, **arguments)  # a bad setting leaves the model as it was
         METHODS[self.method].load().remove(self.model)
-        self.after_load(self.before_load(self._load_arguments, **arguments))
+        if installed_curve is not None:
+            rope.remove(self.model)
+        self._install(prepared)
+
+    def prepare(self, load: dict, **arguments) -> Any:
+        """Everything checked before the model loads: the stack's curve (:func:`~.lpes_stack.parse_curve`,
+        which refuses a method that does not stack), then :meth:`before_load` with the method's own arguments."""
+        stack = {name: arguments.pop(name) for name in STACK_ARGUMENTS if name in arguments}
+        curve = parse_curve(self.method, load, **stack)
+        prepared = self.before_load(load, **arguments)
+        self.lpes_curve = curve
+        return prepared
+
+    def _install(self, prepared: Any) -> None:
+        # The curve first: the method's hooks must run after the curve's and see the (cos, sin) it gives a layer.
+        if self.lpes_curve is not None:
+            self.lpes_curve.install(self.model)
+        self.after_load(prepared)
 
     @classmethod
     def method_arguments(cls) -> list[inspect.Parameter]:
         """The method's own ``--model_args``: :meth:`before_load`'s keyword-only parameters where a
-        subclass names them, else the keyword arguments of the entry's ``install``."""
+        subclass names them, else the keyword arguments of the entry's ``install``; and a method that
+        stacks with an LPES curve, the curve's (``lpes_scales``, ``lpes_scaling``)."""
         named = [p for p in inspect.signature(cls.before_load).parameters.values() if p.kind is p.KEYWORD_ONLY]
-        return named or install_arguments(cls.method)
+        stack = stack_parameters() if METHODS[cls.method].stacks_with_lpes else []
+        return [*(named or install_arguments(cls.method)), *stack]
 
     def before_load(self, load: dict, **arguments) -> Any:
         """The method's arguments checked before the model loads; returns what :meth:`after_load` installs.
@@ -91,7 +120,8 @@ class MethodLM(HFLM):
         return {} if settings is None else {self.method: settings(self.model)}
 
     def get_model_info(self) -> dict:
-        return {**super().get_model_info(), **self.method_info()}
+        stack = {} if self.lpes_curve is None else self.lpes_curve.info(self.model)
+        return {**super().get_model_info(), **self.method_info(), **stack}
 
 
 def _signed_init(cls: type[MethodLM]):

@@ -27,6 +27,9 @@ def harness_help() -> str:
         models.setdefault(method.lm_eval, []).append(method.label)
     lines = ["", "lpes-harness adds (to lpes-eval and to plain lm_eval alike):", "  models (--model):"]
     lines += [f"    {name}: {', '.join(labels)}" for name, labels in models.items()]
+    stacking = [method.lm_eval for method in METHODS.values() if method.stacks_with_lpes]
+    lines.append(f"    an LPES curve under one of {', '.join(stacking)}: lpes_scales= (as lpes_hf's scales=), "
+                 f"lpes_scaling= (docs/baselines.md)")
     lines.append("  position tasks (--tasks GROUP, or one gold position: GROUP_pos<percent>), their --metadata keys:")
     for name in BUILTIN_POSITION_TASKS:
         task = resolve_task(name)

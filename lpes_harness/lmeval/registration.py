@@ -127,7 +127,8 @@ def model_args_problem(model, model_args) -> ValueError | None:
     """What is wrong with ``model_args`` for one of our models (not raised), or None: the ``pretrained``
     (and ``gguf_file``) and ``dtype`` of any of them (a ScalesError, as lm-eval's caller has long caught),
     lpes_hf's scale arguments (ScalesError), the other methods' own arguments (their MethodError, as
-    their model's ``__init__`` raised it: :func:`method_arguments_error`).
+    their model's ``__init__`` raised it: :func:`method_arguments_error`), an LPES curve under a method
+    (``lpes_scales=``: :mod:`.lpes_stack`; on lpes_hf, refused as its class refuses it).
 
     lpes_hf's are cheap, no torch (the layer count comes from the model's config.json or GGUF
     header); another method's check imports its model class, and with it torch and transformers,
@@ -139,6 +140,7 @@ def model_args_problem(model, model_args) -> ValueError | None:
     from lpes_harness.core.models import check_dtype
     from lpes_harness.core.scales_args import check_model_args
     from lpes_harness.core.scales_file import ScalesError
+    from lpes_harness.lmeval.lpes_stack import STACK_ARGUMENTS
 
     try:
         parsed = parse_model_args(model_args) if model_args else {}
@@ -148,6 +150,8 @@ def model_args_problem(model, model_args) -> ValueError | None:
         check_dtype(parsed.get("dtype"))
         if model in SCALES_MODELS:
             check_model_args(parsed)
+            if set(STACK_ARGUMENTS) & set(parsed):  # refused by lpes_hf's class, in its words
+                method_arguments_error(model, parsed)
         else:
             method_arguments_error(model, parsed)
     except ScalesError as err:
@@ -160,8 +164,8 @@ def model_args_problem(model, model_args) -> ValueError | None:
 
 
 def method_arguments_error(model: str, parsed: dict) -> None:
-    """Run the pre-load check of ``model``'s class (:meth:`~lpes_harness.lmeval.method_lm.MethodLM.before_load`)
-    on ``parsed`` now: a :class:`~lpes_harness.methods.arguments.MethodError` (a ValueError) is then one
+    """Run the pre-load checks of ``model``'s class (:meth:`~lpes_harness.lmeval.method_lm.MethodLM.prepare`:
+    an LPES curve under it, then its ``before_load``) on ``parsed`` now: a :class:`~lpes_harness.methods.arguments.MethodError` (a ValueError) is then one
     line of the command line's, not a traceback out of the model's ``__init__`` after lm-eval has
     indexed its tasks (poshidden_hf without a channel: 33 lines after 16 s)."""
     import importlib
@@ -170,13 +174,15 @@ def method_arguments_error(model: str, parsed: dict) -> None:
     lm_class = importlib.import_module(module)
     for part in attribute.split("."):
         lm_class = getattr(lm_class, part)
-    if not hasattr(lm_class, "before_load"):
+    if not hasattr(lm_class, "prepare"):
         return
-    own = {parameter.name for parameter in lm_class.method_arguments()}
+    from lpes_harness.lmeval.lpes_stack import STACK_ARGUMENTS
+
+    own = {parameter.name for parameter in lm_class.method_arguments()} | set(STACK_ARGUMENTS)
     arguments = {name: value for name, value in parsed.items() if name in own}
     load = {name: value for name, value in parsed.items() if name not in own}
-    # before_load reads the arguments and the class, never the model: an instance not yet initialised will do.
-    lm_class.before_load(lm_class.__new__(lm_class), load, **arguments)
+    # prepare reads the arguments and the class, never the model: an instance not yet initialised will do.
+    lm_class.prepare(lm_class.__new__(lm_class), load, **arguments)
 
 
 def metadata_error(tasks, metadata, model_args) -> str | None:

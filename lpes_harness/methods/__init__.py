@@ -4,7 +4,8 @@ A method is a module with ``install(model, **arguments) -> model`` and ``remove(
 (the one piece of bookkeeping they share: :mod:`.state`), and one entry here: its label and
 one-line description for reports and docs, its numeric parameters with bounds and the value that
 makes it the plain model (:class:`~.parameters.Parameter`), the lm-eval model that runs it, the
-candidates the baseline tuner scores, and the forwards a token costs. lm-eval's registry
+candidates the baseline tuner scores, the forwards a token costs, and whether an LPES curve may go
+under it in one run (a stack, ``lpes+pcd``: :mod:`lpes_harness.lmeval.lpes_stack`). lm-eval's registry
 (:mod:`lpes_harness.lmeval.registration`), the tuner (``commands/tune.py``), the report's
 labels and ``docs/baselines.md`` all read this table, and it is their only registration (no
 decorator registers a model beside it); a new method is one module and one entry.
@@ -43,6 +44,9 @@ class Method:
     value is one list argument, ``;``-joined); None: not tuned by a grid (LPES: the GA).
     ``needs``: install arguments that have no default and are no parameter, with a value that
     suits any model (the identity test uses them). ``forwards``: decoder forwards per token.
+    ``stacks_with_lpes``: an LPES curve may be installed under it in one run (``lpes+pcd``: lm-eval's
+    ``lpes_scales=``), its hooks reading the (cos, sin) the curve gives each layer; where it may not,
+    ``why_not_stacked`` says why, in the one line that refuses ``lpes_scales=``.
     """
 
     name: str
@@ -57,6 +61,14 @@ class Method:
     model_args: str = ""
     grid: Mapping[str, tuple] | None = None
     needs: Mapping[str, Any] = field(default_factory=dict)
+    stacks_with_lpes: bool = False
+    why_not_stacked: str = ""
+
+    def __post_init__(self):
+        # A method stacks only once its hooks were read for it (docs/baselines.md, tests/test_stacking.py):
+        # every other entry says why not, so a new method is refused, with a reason, until someone checks.
+        if self.stacks_with_lpes == bool(self.why_not_stacked):
+            raise ValueError(f"method {self.name!r}: give why_not_stacked exactly when stacks_with_lpes is False")
 
     @property
     def lm_target(self) -> str:
@@ -88,24 +100,27 @@ _ROPE = "lpes_harness.core.rope"
 _LPES_LM = "lpes_harness.lmeval.lpes_lm:LPESLM"
 _OWN_LM = "lpes_harness.lmeval.method_models"
 _RATIO = dict(identity=1.0, low=0.0, low_open=True)
+# Why LPES and PI take no second curve under them: a layer's RoPE takes one factor (or pair) of a curve.
+_A_CURVE_ITSELF = dict(why_not_stacked="it is an LPES curve itself: give the curve as scales= "
+                                        "(a layer takes one curve)")
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lpes", "LPES", "Layer-specific RoPE position scaling (the paper's): decoder layer h reads position i as "
            "i / s_h, one factor per layer from a search", _ROPE, "lpes_hf", _LPES_LM,
            (_scales(1, "one position factor per decoder layer (a scales file from lpes-search)"),),
-           install_args={"scaling": "position"}),
+           install_args={"scaling": "position"}, **_A_CURVE_ITSELF),
     Method("lpes_base", "LPES base", "Layer-specific RoPE base scaling: layer h's RoPE base becomes s_h x theta, at the "
            "true positions (plain RoPE only)", _ROPE, "lpes_hf", _LPES_LM,
            (_scales(1, "one base factor per decoder layer (a scales file of scaling base)"),),
-           install_args={"scaling": "base"}, model_args="scaling=base"),
+           install_args={"scaling": "base"}, model_args="scaling=base", **_A_CURVE_ITSELF),
     Method("lpes_both", "LPES both", "Layer-specific RoPE position and base scaling: layer h uses base b_h x theta at "
            "positions i / p_h", _ROPE, "lpes_hf", _LPES_LM,
            (_scales(2, "a position and a base factor per decoder layer, the L position factors first"),),
-           install_args={"scaling": "both"}, model_args="scaling=both"),
+           install_args={"scaling": "both"}, model_args="scaling=both", **_A_CURVE_ITSELF),
     Method("pi", "PI", "Position Interpolation: one factor on every layer (a curve's mean, or tuned; a position "
            "factor, or under scaling=base one base factor)",
            _ROPE, "lpes_hf", _LPES_LM, (_scales(0, "one position factor for every layer"),), model_args="pi=true",
-           grid={"scales": (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.05, 1.1)}),
+           grid={"scales": (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.05, 1.1)}, **_A_CURVE_ITSELF),
     Method("mspoe", "Ms-PoE", "Multi-scale positional encoding (Zhang et al. 2024): each head of layers 2.. reads "
            "positions i / r_h, ratios ordered by the head's position-awareness", "lpes_harness.methods.mspoe",
            "mspoe_hf", f"{_OWN_LM}:MsPoELM",
@@ -113,27 +128,33 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Parameter("max_ratio", default=1.8, **_RATIO, help="the bound of the head ratios (just below the largest)")),
            # Ratios below 1 too: on SmolLM2 every ratio from 1 up silenced the model, and 0.8-1.0 tuned it (the leaderboard).
            grid={"min_ratio": (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5),
-                 "max_ratio": (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.5, 3.0, 3.5)}),
+                 "max_ratio": (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.5, 3.0, 3.5)},
+           why_not_stacked="its attention rotates each head at positions i / r_h computed from the true positions, "
+                           "so the curve's (cos, sin) would be dropped in its layers without a word"),
     Method("buckets", "Buckets", "Attention Buckets (Chen et al. 2023): K copies of the input, each with its "
            "own RoPE base, logits merged by each copy's confidence", "lpes_harness.methods.buckets", "buckets_hf",
            f"{_OWN_LM}:BucketsLM",
            (Parameter("bases", default=(1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8), identity=(1.0,), low=0.0, low_open=True,
                       help="the K bases, relative to theta (to each layer type's theta)"),),
            forwards="K, one per base (7 by default), as K rows of one batch",
-           grid={"bases": ((1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8), (1.0, 1.5, 2.0, 2.5, 3.0), (0.5, 0.75, 1.0, 1.25, 1.5))}),
+           grid={"bases": ((1.0, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8), (1.0, 1.5, 2.0, 2.5, 3.0), (0.5, 0.75, 1.0, 1.25, 1.5))},
+           why_not_stacked="it replaces the rotary embedding's (cos, sin) by each row block's base, output the "
+                           "curve's layer hooks then cannot trace to a rotary call (they stop the forward)"),
     Method("moice", "MoICE", "Mixture of in-context experts (Lin et al. 2024): each head's attention at E RoPE bases, "
            "mixed by a trained per-layer router", "lpes_harness.methods.moice", "moice_hf",
            parameters=(Parameter("bases", default=(1.0, 1.75, 1.8, 1.9, 2.0, 2.25, 2.5), identity=(1.0,), low=0.0,
                                  low_open=True, help="the E bases, relative to theta"),
                        Parameter("top_k", default=None, identity=1, low=1, integer=True,
                                  help="bases kept per token and head (default: all, or the gates file's)")),
-           forwards="1, with E attention passes per layer (7 by default)", grid={"top_k": (1, 2, 3, 4, 5, 6, 7)}),
+           forwards="1, with E attention passes per layer (7 by default)", grid={"top_k": (1, 2, 3, 4, 5, 6, 7)},
+           why_not_stacked="its attention rotates queries and keys at its E bases from the true positions itself, "
+                           "so the curve's (cos, sin) would be dropped in every layer without a word"),
     Method("poshidden", "Positional hidden-state scaling", "Positional hidden-state scaling (Yu et al. 2025): one "
            "hidden channel of the attention input times a factor in a band of middle layers, for the answer's "
            "queries and every key", "lpes_harness.methods.poshidden", "poshidden_hf", f"{_OWN_LM}:PosHiddenLM",
            (Parameter("factor", default=0.0, identity=1.0, low=-1.0, high=1.0,
                       help="what the positional channel is multiplied by (the paper's set: 0.5, 0, -0.5, -1)"),),
-           grid={"factor": (0.5, 0.0, -0.5, -1.0)}, needs={"channels": "3"}),
+           grid={"factor": (0.5, 0.0, -0.5, -1.0)}, needs={"channels": "3"}, stacks_with_lpes=True),
     Method("fitm", "Found in the Middle", "Found in the Middle (Hsieh et al. 2024): each span's attention minus a "
            "dummy span's at its position, redistributed by softmax(rel / t) in the last half of the layers",
            "lpes_harness.methods.fitm", "fitm_hf", f"{_OWN_LM}:FitMLM",
@@ -144,7 +165,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Parameter("spans_per_copy", default=1, identity=None, low=1, high=64, integer=True,
                       help="spans one dummy copy replaces (1: the paper's, a copy per span; K: one copy for all)")),
            forwards="ceil(K / spans_per_copy) + 1: the dummy copies (10 by default) as rows of one batch",
-           grid={"temperature": (5e-5, 2e-4, 1e-3, 5e-3), "strength": (0.5, 1.0)}, needs={"dummy_ids": (5, 6, 7)}),
+           grid={"temperature": (5e-5, 2e-4, 1e-3, 5e-3), "strength": (0.5, 1.0)}, needs={"dummy_ids": (5, 6, 7)},
+           stacks_with_lpes=True),
     Method("string", "STRING", "STRING (An et al. 2025): relative distances d >= S read as d - S + W in every layer "
            "(the far, rarely trained distances replaced by well-trained ones)", "lpes_harness.methods.string_shift",
            "string_hf",
@@ -156,7 +178,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
                                  help="W: where shifted distances start"),
                        Parameter("attention_factor", default=1 + 0.1 * math.log(2), identity=None, low=0.1, high=10.0,
                                  help="multiplies queries and keys (logits by its square); the reference's 1 + 0.1 ln 2")),
-           grid={"shifted_offset": (128, 256, 384, 512), "local_window": (32, 64, 128)}),
+           grid={"shifted_offset": (128, 256, 384, 512), "local_window": (32, 64, 128)}, stacks_with_lpes=True),
     Method("pcd", "PCD", "Positional contrastive decoding (Xiao et al. 2025): the logits L contrasted with those "
            "L' of a copy whose RoPE base is lowered to r x theta (local-aware attention): L + w (L - L')",
            "lpes_harness.methods.pcd", "pcd_hf", f"{_OWN_LM}:PCDLM",
@@ -165,7 +187,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
             Parameter("weight", default=0.5, identity=0.0, low=0.0, high=10.0,
                       help="w, the contrast's weight (0: the plain model)")),
            forwards="2: the model and its lowered-base copy, as 2 rows of one batch",
-           grid={"base_ratio": (0.02, 0.1, 0.3), "weight": (0.25, 0.5, 1.0)}),
+           grid={"base_ratio": (0.02, 0.1, 0.3), "weight": (0.25, 0.5, 1.0)}, stacks_with_lpes=True),
 )}
 
 

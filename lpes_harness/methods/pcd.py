@@ -36,20 +36,28 @@ at ``B'`` from the model's own frequencies (:func:`~lpes_harness.core.rope_math.
 generation is greedy, with its own loop (the two copies share one token per step). Only plain
 RoPE (``rope_type: default``) has a base to lower. At the identity (``weight=0`` or
 ``base_ratio=1``) :func:`forward_logits` and :func:`generate` run the plain model, one copy.
+
+**On an LPES curve** (installed first: ``pcd_hf lpes_scales=``, the stack ``lpes+pcd``) the model is the
+curve's: ``L`` is the curve's logits, and the copy is that model at the lowered base, layer h at base
+``r x b_h x theta`` and positions ``i / p_h`` (its pair under the curve). The copy's (cos, sin) then differ
+per layer, so they are set by a hook on each layer, after the curve's, instead of on the rotary call (whose
+output the curve's hooks must find unchanged); with every pair (1, 1) that gives the numbers of the hook
+above, bit for bit.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from lpes_harness.core import rope_anatomy, rope_math
+from lpes_harness.core import rope, rope_anatomy, rope_math
 from lpes_harness.core.models import cache_keyword, output_layer
 from lpes_harness.methods import METHODS, decoding, model_checks
+from lpes_harness.methods.under_lpes import LayerFrames
 from lpes_harness.methods.state import MethodState, Slot
 
 ENTRY = METHODS["pcd"]
@@ -65,6 +73,9 @@ class _PCDState(MethodState):
     ropes: dict[tuple, rope_math.LayerRoPE]  # per rotary call (LayerRoPE.key): the RoPE it computes
     inv_freq: dict[tuple, torch.Tensor]  # per rotary call: the frequencies at B'
     contrasting: bool = False  # a forward of the two copies is running: the second block gets B'
+    # On an LPES curve: the copy's positions in this forward, and its (cos, sin) per (rotary call, layer pair).
+    lowered_positions: torch.Tensor | None = None
+    lowered: dict = field(default_factory=dict)
 
     @property
     def identity(self) -> bool:
@@ -102,6 +113,9 @@ def install(model: nn.Module, base_ratio: Any = BASE_RATIO.default, weight: Any 
     def lowered_second_block(x, position_ids, output, key):
         if not state.contrasting:
             return None  # a plain call of the model: its own RoPE
+        if rope.is_installed(model):  # the curve's hooks would re-rotate this output, both copies at its base
+            raise RuntimeError("PCD was installed before the LPES curve now under it: remove PCD (pcd.remove) and "
+                               "install it again on the curve, so that its copy is lowered in the curve's frame")
         batch = x.shape[0]
         if batch % 2:
             raise RuntimeError(f"PCD: the batch ({batch} rows) is not 2 copies of the input; call pcd.forward_logits")
@@ -114,9 +128,53 @@ def install(model: nn.Module, base_ratio: Any = BASE_RATIO.default, weight: Any 
         return (torch.cat([cos.expand(batch, *cos.shape[1:])[:half], low_cos]),
                 torch.cat([sin.expand(batch, *sin.shape[1:])[:half], low_sin]))
 
-    recorder = rope_math.PositionRecorder(parts, replace=lowered_second_block)
+    if rope.is_installed(model):  # a stack: the curve's hooks came first, the copy is lowered in its frame
+        recorder = rope_math.PositionRecorder(parts, replace=_copy_positions(state))
+        frames = LayerFrames(model, parts, layer_ropes)
+        for index, layer in enumerate(parts.layers):
+            hook = layer.register_forward_pre_hook(_lowered_in_layer(state, frames, index), with_kwargs=True)
+            state.changes.on_remove(hook.remove)
+    else:
+        recorder = rope_math.PositionRecorder(parts, replace=lowered_second_block)
     state.changes.on_remove(recorder.remove)
     return SLOT.attach(model, state)
+
+
+def _copy_positions(state: _PCDState):
+    """Rotary hook under a curve: the call's output kept (the curve's hooks look it up), its copy's positions noted."""
+
+    def note(x, position_ids, output, key):
+        state.lowered = {}  # a new forward: the last one's (cos, sin) are stale
+        if not state.contrasting:
+            state.lowered_positions = None
+            return None
+        if x.shape[0] % 2:
+            raise RuntimeError(f"PCD: the batch ({x.shape[0]} rows) is not 2 copies of the input; "
+                               "call pcd.forward_logits")
+        state.lowered_positions = position_ids.expand(x.shape[0], -1)[x.shape[0] // 2:]
+        return None
+
+    return note
+
+
+def _lowered_in_layer(state: _PCDState, frames: LayerFrames, index: int):
+    """Layer pre-hook under a curve: the second row block's (cos, sin) at the lowered base, in the layer's frame."""
+    key = frames.ropes[index].key
+
+    def hook(module, args, kwargs):
+        if not state.contrasting:
+            return None
+        cos, sin = kwargs["position_embeddings"]  # the curve's, for the layer's pair: the first copy's
+        pair = frames.pair(index)
+        if (key, pair) not in state.lowered:  # once per forward for the layers of one call and pair
+            state.lowered[key, pair] = frames.cos_sin(index, state.lowered_positions, cos.dtype, state.base_ratio, pair)
+        low_cos, low_sin = state.lowered[key, pair]
+        batch = 2 * low_cos.shape[0]
+        kwargs["position_embeddings"] = (torch.cat([cos.expand(batch, *cos.shape[1:])[:batch // 2], low_cos]),
+                                         torch.cat([sin.expand(batch, *sin.shape[1:])[:batch // 2], low_sin]))
+        return args, kwargs
+
+    return hook
 
 
 def settings(model: nn.Module) -> dict:
@@ -139,6 +197,7 @@ def _two_copies(state: _PCDState):
         yield
     finally:
         state.contrasting = False
+        state.lowered, state.lowered_positions = {}, None  # no tensor of the forward outlives it
 
 
 def forward_logits(model: nn.Module, input_ids, attention_mask=None, position_ids=None, past_key_values=None,

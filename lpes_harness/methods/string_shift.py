@@ -35,6 +35,9 @@ Facts from the authors' code (HKUNLP/STRING, ``string_for_llama.py``, ``README.m
   Qwen2/3, Gemma, Gemma-3, Granite; the reference patches Llama, Mistral, Qwen2); the second
   rotation uses each layer's own RoPE (Gemma-3's per layer type, llama3 / dynamic NTK as the
   model's call chose them).
+- **On an LPES curve** (installed first: ``string_hf lpes_scales=``, the stack ``lpes+string``) S and W
+  stay distances in tokens, chosen by the true distance; the far query is rotated in the layer's frame
+  as the near one is, at ``(i - S + W) / p_h`` with base ``b_h x theta`` (:mod:`~.under_lpes`).
 
 Cost: no extra forward; per layer a second query rotation, and the attention computed by hand in
 float32 instead of the model's fused kernel, in blocks of queries over the causal triangle (each key
@@ -57,6 +60,7 @@ from lpes_harness.methods import METHODS, attention, model_checks, query_rows
 from lpes_harness.methods.arguments import MethodError
 from lpes_harness.methods.parameters import Parameter
 from lpes_harness.methods.state import MethodState, Slot
+from lpes_harness.methods.under_lpes import LayerFrames
 
 ENTRY = METHODS["string"]
 NAME = ENTRY.lm_eval
@@ -119,7 +123,7 @@ def _block_scores(near, far, keys, first, last, shifted_offset):
     return torch.cat(parts, dim=-1)
 
 
-def _forward(state: _State, layer_rope: rope_math.LayerRoPE):
+def _forward(state: _State, frames: LayerFrames, index: int):
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, cache=None,
                 **kwargs):
         layer_cache = attention.layer_cache(past_key_values, cache)
@@ -129,7 +133,9 @@ def _forward(state: _State, layer_rope: rope_math.LayerRoPE):
         near, key = rope_math.apply_rope(query, cos, sin), rope_math.apply_rope(key, cos, sin)
         positions = state.recorder.position_ids.to(hidden_states.device)
         shifted_positions = positions - state.shifted_offset + state.local_window
-        cos2, sin2 = rope_math.cos_sin(shifted_positions, layer_rope.inv_freq, layer_rope.attention_scaling, query.dtype)
+        # The far rotation in the layer's frame: under an LPES curve, (i - S + W) / p_h at its base b_h x theta,
+        # as the near one (the layer's own (cos, sin), which the curve replaced); without one, the layer's RoPE.
+        cos2, sin2 = frames.cos_sin(index, shifted_positions, query.dtype)
         far = rope_math.apply_rope(query, cos2.unsqueeze(1), sin2.unsqueeze(1))
         if layer_cache is not None:
             key, value = layer_cache.update(key, value, self.layer_idx)
@@ -169,8 +175,9 @@ def install(model: nn.Module, shifted_offset: Any = None, local_window: Any = 12
     if offset:
         state.recorder = rope_math.PositionRecorder(parts)
         state.changes.on_remove(state.recorder.remove)
-        for layer, layer_rope in zip(parts.layers, ropes):
-            state.changes.forward(layer.self_attn, _forward(state, layer_rope))
+        frames = LayerFrames(model, parts, ropes)
+        for index, layer in enumerate(parts.layers):
+            state.changes.forward(layer.self_attn, _forward(state, frames, index))
     return SLOT.attach(model, state)
 
 
