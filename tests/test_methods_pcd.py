@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import LM_REQUESTS, lm_generations, lm_loglikelihoods, plain_lm_answers, assert_same_greedy_steps, logits, random_ids, tiny_gemma3, tiny_model
+from tiny_models import (LM_REQUESTS, assert_same_greedy_steps, lm_generations, lm_loglikelihoods, logits,
+                         pcd_cached_and_recomputed, plain_lm_answers, random_ids, tiny_gemma3, tiny_model)
 
 from lpes_harness.lmeval.method_models import PCDLM
 from lpes_harness.methods import pcd
@@ -117,17 +118,7 @@ def test_cached_generation_equals_full_recomputation(arch, monkeypatch):
     model = build(arch)
     ids, mask = left_padded(16, pad=3)
     pcd.install(model, base_ratio=0.05, weight=1.0)
-    full_logits, cached_logits = pcd.forward_logits, []
-    monkeypatch.setattr(pcd, "forward_logits",  # what generate's steps score on the cache
-                        lambda *a, **k: cached_logits.append(full_logits(*a, **k)) or cached_logits[-1])
-    with torch.no_grad():
-        cached = pcd.generate(model, ids, attention_mask=mask, max_new_tokens=8)
-        sequence, steps = ids, []
-        for _ in range(8):
-            full_mask = torch.cat([mask, mask.new_ones(2, sequence.shape[1] - ids.shape[1])], -1)
-            steps.append(full_logits(model, sequence, full_mask, positions(full_mask))[:, -1])
-            sequence = torch.cat([sequence, steps[-1].argmax(-1, keepdim=True)], -1)
-    assert_same_greedy_steps(cached, sequence, torch.stack(cached_logits), torch.stack(steps))
+    assert_same_greedy_steps(*pcd_cached_and_recomputed(model, ids, mask, monkeypatch))
 
 
 # ----------------------------------------------------------------------------- refusals and errors

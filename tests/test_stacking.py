@@ -25,7 +25,8 @@ import inspect
 import pytest
 import torch
 from tiny_models import (LM_REQUESTS, assert_same_greedy_steps, cached_and_recomputed_greedy, lm_generations,
-                         lm_loglikelihoods, logits, plain_lm_answers, random_ids, save_tiny_checkpoint, tiny_model)
+                         lm_loglikelihoods, logits, pcd_cached_and_recomputed, plain_lm_answers, random_ids,
+                         save_tiny_checkpoint, tiny_model)
 
 from lpes_harness.core import rope
 from lpes_harness.core.scales_file import ScalesError, write_scales_file
@@ -187,22 +188,8 @@ def test_cached_generation_of_lpes_and_pcd_equals_full_recomputation(monkeypatch
     ids = random_ids(16, batch=2)
     mask = torch.ones_like(ids)
     mask[0, :3] = 0  # left padding: the positions restart after it, scaled by the curve
-
-    def positions(mask):
-        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-
     model = stacked(CURVES["both"], "both", "pcd", SETTINGS["pcd"])
-    full_logits, cached_logits = pcd.forward_logits, []
-    monkeypatch.setattr(pcd, "forward_logits",  # what generate's steps score on the cache
-                        lambda *a, **k: cached_logits.append(full_logits(*a, **k)) or cached_logits[-1])
-    with torch.no_grad():
-        cached = pcd.generate(model, ids, attention_mask=mask, max_new_tokens=8)
-        sequence, steps = ids, []
-        for _ in range(8):
-            full_mask = torch.cat([mask, mask.new_ones(2, sequence.shape[1] - ids.shape[1])], -1)
-            steps.append(full_logits(model, sequence, full_mask, positions(full_mask))[:, -1])
-            sequence = torch.cat([sequence, steps[-1].argmax(-1, keepdim=True)], -1)
-    assert_same_greedy_steps(cached, sequence, torch.stack(cached_logits), torch.stack(steps))
+    assert_same_greedy_steps(*pcd_cached_and_recomputed(model, ids, mask, monkeypatch))
 
 
 def test_cached_generation_of_lpes_and_string_equals_full_recomputation():

@@ -70,6 +70,28 @@ def cached_and_recomputed_greedy(model, prompt: torch.Tensor, new_tokens: int = 
     return cached.sequences, ids, torch.stack(cached.logits), torch.stack(steps)
 
 
+def pcd_cached_and_recomputed(model, ids, mask, monkeypatch, new_tokens: int = 8):
+    """PCD's greedy decoding (its own loop: two rows a step) two ways, as :func:`cached_and_recomputed_greedy`
+    returns them: ``pcd.generate`` on its KV cache, the logits each cached step scored caught on the way, and one
+    whole ``forward_logits`` per new token over the left-padded batch (positions restart after the padding)."""
+    from lpes_harness.methods import pcd
+
+    def positions(mask):
+        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+    full_logits, cached_logits = pcd.forward_logits, []
+    monkeypatch.setattr(pcd, "forward_logits",  # what generate's steps score on the cache
+                        lambda *a, **k: cached_logits.append(full_logits(*a, **k)) or cached_logits[-1])
+    with torch.no_grad():
+        cached = pcd.generate(model, ids, attention_mask=mask, max_new_tokens=new_tokens)
+        sequence, steps = ids, []
+        for _ in range(new_tokens):
+            full_mask = torch.cat([mask, mask.new_ones(ids.shape[0], sequence.shape[1] - ids.shape[1])], -1)
+            steps.append(full_logits(model, sequence, full_mask, positions(full_mask))[:, -1])
+            sequence = torch.cat([sequence, steps[-1].argmax(-1, keepdim=True)], -1)
+    return cached, sequence, torch.stack(cached_logits), torch.stack(steps)
+
+
 def assert_same_greedy_steps(cached, recomputed, cached_logits, recomputed_logits) -> None:
     """Cached decoding is full recomputation: the same tokens, and at every step the same logits but for
     float32 rounding. The cache holds the very keys and values a full forward computes; only the attention's
