@@ -388,10 +388,19 @@ def _drop_profile_conditions_for_another_task(args, profile: str) -> None:
     """A robust profile's conditions are options of its own task (multi_needle's haystack sizes): a
     search of another ``--task`` without ``--condition`` of its own searches that task alone."""
     own = PROFILES[profile]
-    if own.get("condition") and args.condition == own["condition"] and args.task != own.get("task"):
+    if args.task == own.get("task"):
+        return
+    if own.get("condition") and args.condition == own["condition"]:
         print(f"note: --task {args.task}: the {profile} profile's conditions are {own.get('task')}'s; searching "
               f"{args.task} alone (give --condition to search several)", file=sys.stderr)
         args.condition = None
+    # Likewise the lengths the race draws from (racing-smollm2, auto's CPU profile for the bundled model): they
+    # are multi_needle's num_sentences; another task's samples keep their own size.
+    if own.get("draw_sentences") and args.draw_sentences == own["draw_sentences"]:
+        print(f"note: --task {args.task}: the {profile} profile draws {own.get('task')}'s num_sentences "
+              f"({own['draw_sentences']}); {args.task}'s samples keep their size (give --draw-sentences to draw)",
+              file=sys.stderr)
+        args.draw_sentences = "none"
 
 
 def _check_robust_settings(args) -> None:
