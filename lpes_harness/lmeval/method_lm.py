@@ -55,8 +55,7 @@ class MethodLM(HFLM):
             cls.__init__ = _signed_init(cls)
 
     def __init__(self, pretrained: Any = None, gguf_file: str | None = None, device: str | None = None, **kwargs) -> None:
-        # The stack's arguments too, on every method: one that does not stack refuses them in one line.
-        own = {p.name for p in self.method_arguments()} | set(STACK_ARGUMENTS)
+        own = self.taken_arguments()
         arguments = {name: kwargs.pop(name) for name in list(kwargs) if name in own}
         load = {"pretrained": pretrained, "gguf_file": gguf_file, "device": device, **kwargs}
         prepared = self.prepare(load, **arguments)  # what needs no model, before the (slow) model load
@@ -91,6 +90,12 @@ class MethodLM(HFLM):
         if self.lpes_curve is not None:
             self.lpes_curve.install(self.model)
         self.after_load(prepared)
+
+    @classmethod
+    def taken_arguments(cls) -> set[str]:
+        """The ``--model_args`` :meth:`prepare` takes, the rest going to HFLM: the method's own, and the stack's on
+        every method (one that does not stack refuses them there, in one line)."""
+        return {p.name for p in cls.method_arguments()} | set(STACK_ARGUMENTS)
 
     @classmethod
     def method_arguments(cls) -> list[inspect.Parameter]:

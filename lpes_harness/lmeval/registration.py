@@ -176,9 +176,7 @@ def method_arguments_error(model: str, parsed: dict) -> None:
         lm_class = getattr(lm_class, part)
     if not hasattr(lm_class, "prepare"):
         return
-    from lpes_harness.lmeval.lpes_stack import STACK_ARGUMENTS
-
-    own = {parameter.name for parameter in lm_class.method_arguments()} | set(STACK_ARGUMENTS)
+    own = lm_class.taken_arguments()
     arguments = {name: value for name, value in parsed.items() if name in own}
     load = {name: value for name, value in parsed.items() if name not in own}
     # prepare reads the arguments and the class, never the model: an instance not yet initialised will do.
