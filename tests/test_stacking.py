@@ -287,3 +287,16 @@ def test_stacks_through_lm_eval_identity_reconfigure_and_model_info(checkpoint, 
     assert stack.get_model_info()["stack"] == "lpes+fitm" and rope.get_scaling(stack.model) == "both"
     both = LPESLM(pretrained=checkpoint, device="cpu", batch_size=3, scales=str(path))
     assert lm_loglikelihoods(stack) == lm_loglikelihoods(both)
+
+
+@pytest.mark.parametrize("name", STACKING)
+def test_a_stacks_run_is_reported_as_lpes_plus_the_method_and_the_method_alone_as_itself(name):
+    from lpes_harness.evaluation.leaderboard_rows import baseline_row
+    from lpes_harness.methods import run_of
+
+    entry = METHODS[name]
+    alone, stack = run_of(entry.lm_eval, {}), run_of(entry.lm_eval, {"lpes_scales": "results/x/scales.json"})
+    assert alone.label == entry.label and stack.label == f"LPES+{entry.label}"
+    assert (stack.name, stack.module, stack.lm_target) == (entry.name, entry.module, entry.lm_target)
+    row_entry, setting, _ = baseline_row(entry.lm_eval, {"lpes_scales": "results/x/scales.json"}, "a record")
+    assert row_entry.label == f"LPES+{entry.label}" and "lpes_scales=results/x/scales.json" in setting

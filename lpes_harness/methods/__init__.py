@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Mapping
 
@@ -206,7 +206,18 @@ def run_of(lm_eval: str | None, model_args: Mapping[str, Any] | None = None) -> 
     include, the most specific (``lpes_hf`` with ``scaling=base``: LPES base); None for a model not here."""
     given = {str(k): str(v).lower() for k, v in (model_args or {}).items()}
     fits = [m for m in by_lm_eval(lm_eval) if _pairs(m.model_args).items() <= given.items()]
-    return max(fits, key=lambda m: len(_pairs(m.model_args)), default=None)
+    found = max(fits, key=lambda m: len(_pairs(m.model_args)), default=None)
+    if found is not None and found.stacks_with_lpes and "lpes_scales" in given:
+        return stacked(found)
+    return found
+
+
+def stacked(entry: Method) -> Method:
+    """``entry`` with an LPES curve under it (``lpes_scales=``), as reports name it: "LPES+PCD". The name,
+    module and model class stay the method's (the stack is that model, run with a curve), so only what a
+    reader sees changes: a stack's row must not read as the method alone."""
+    return replace(entry, label=f"LPES+{entry.label}",
+                   description=f"an LPES curve under {entry.label}. {entry.description}")
 
 
 def rope_entry(scales, scaling: str = DEFAULT, held_layers=(), pi: bool = False) -> Method | None:
