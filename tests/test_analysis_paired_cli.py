@@ -402,3 +402,16 @@ def test_a_uniform_row_of_base_scaling_says_so_in_its_name():
     assert uniform_name(0.75) == "uniform 0.75" and uniform_name(0.75, "base") == "uniform base 0.75"
     assert uniform_name((1.2, 2.0), "both") == "uniform 1.2:2"
     assert factors(lpes_methods([0.5, 1.5], [0.75], scaling="base"))["uniform base 0.75"] == [0.75, 0.75]
+
+
+@pytest.mark.parametrize("key", ["split", "num_samples"])
+def test_metadata_that_would_choose_other_samples_is_refused_not_dropped(key, capsys, tmp_path):
+    """The command scores the held-out split, --num-samples of it: a 'split' in --metadata was dropped without a
+    word (a table asked for the validation samples scored held-out ones)."""
+    scales = tmp_path / "s.json"
+    scales.write_text(json.dumps([1.0, 1.5]))
+    with pytest.raises(SystemExit) as stop:
+        paired_command.main(["--scales", str(scales), "--metadata", json.dumps({key: "validation"}),
+                             "--output", str(tmp_path / "out")])
+    assert stop.value.code == 2 and f"{key!r} is set by this command" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

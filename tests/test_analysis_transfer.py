@@ -85,6 +85,9 @@ def test_a_bad_baseline_stops_before_any_condition_is_scored(tmp_path, capsys, b
 @pytest.mark.parametrize("condition, message", [
     ('bad={"num_sentence": 120}', "did you mean 'num_sentences'"),
     ('bad={"task": "no_such_task"}', "unknown position task"),
+    # The command scores the held-out split itself: a split here would be dropped without a word.
+    ('bad={"split": "validation"}', "'split' is set by this command"),
+    ('bad={"num_samples": 5}', "'num_samples' is set by this command"),
 ])
 def test_a_bad_condition_stops_before_any_condition_is_scored(tmp_path, capsys, condition, message):
     out = tmp_path / "transfer"

@@ -100,6 +100,21 @@ def test_labels_forwards_and_tuning_cost_come_from_the_table_of_methods():
     assert (entries["pcd"]["tuning_forwards"], entries["pcd"]["candidates"]) == (1200, 6)
 
 
+def test_a_stack_row_is_labelled_lpes_plus_the_method_costs_its_forwards_and_is_not_an_lpes_row():
+    stack = row("lpes+pcd", "lpes+pcd", lambda c, p: 9)
+    board = board_of([vanilla(), lpes(), pcd(), stack])
+    entries = by_name(board)
+    assert entries["lpes+pcd"]["label"] == "LPES+PCD" and entries["lpes+pcd"]["forwards_per_token"].startswith("2")
+    # A stack is another method's row (the best LPES row is a curve alone), so a better stack is named as such.
+    assert board["best_lpes"] == "lpes" and board["best_other"] in ("pcd", "lpes+pcd")
+
+
+@pytest.mark.parametrize("method", ["lpes+mspoe", "lpes+nothing", "lpes+"])
+def test_a_stack_of_a_method_that_does_not_stack_is_refused(method):
+    with pytest.raises(ValueError, match="stacks"):
+        board_of([vanilla(), row("x", method, lambda c, p: 5)])
+
+
 def test_vs_vanilla_is_the_paired_test_on_the_pooled_samples():
     rows = [vanilla(), lpes(), mspoe()]
     entries = by_name(board_of(rows))

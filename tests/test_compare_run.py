@@ -94,7 +94,7 @@ def compare(checkpoint, output, *extra, env=None):
     command = [sys.executable, "-m", "lpes_harness.commands.compare", "--pretrained", checkpoint, "--task", "needle",
                "--condition", 'six={"num_sentences": 6}', "--condition", 'eight={"num_sentences": 8}',
                "--methods", "lpes,pi,pcd,string", "--budget", "20m", "--tuning-forwards", "60", "--heldout-samples", "2", "--lpes-draws", "4",
-               "--dtype", "float32", "--threads", "1", "--output", str(output), *extra]
+               "--dtype", "float32", "--threads", "1", "--stacks", "--output", str(output), *extra]
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **(env or {}))
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
 
@@ -115,7 +115,8 @@ def test_the_board_has_a_row_a_method_and_its_files(compared):
     output, stdout = compared
     board = json.loads((output / "leaderboard.json").read_text())
     names = {row["name"] for row in board["rows"]}
-    assert names == {"vanilla", "LPES lines", "PI tuned", "PCD tuned", "STRING tuned"}
+    assert names == {"vanilla", "LPES lines", "PI tuned", "PCD tuned", "STRING tuned", "LPES lines + PCD tuned",
+                     "LPES lines + STRING tuned"}
     for name in ("leaderboard.md", "positions.png", "gains.png", "compare.json"):
         assert (output / name).is_file()
     assert all(row["n"] == 2 * 2 * 5 for row in board["rows"])  # 2 samples x 5 positions x 2 conditions
@@ -213,3 +214,27 @@ def test_a_setting_reads_back_from_the_journal_as_it_was():
     for setting in [*lpes_settings(4, 3, 0), *pi_settings(4), *settings_of("pcd", 4, draws=3, seed=0)]:
         again = Setting.from_dict(json.loads(json.dumps(setting.to_dict())))
         assert again == setting
+
+
+def test_a_stack_row_is_the_lpes_winner_under_the_methods_winner_and_counts_both_races(compared):
+    output, _ = compared
+    journal = json.loads((output / "compare.json").read_text())
+    board = {row["name"]: row for row in json.loads((output / "leaderboard.json").read_text())["rows"]}
+    tuned = journal["tuned"]
+    for method, label in (("pcd", "PCD"), ("string", "STRING")):
+        stack = board[f"LPES lines + {label} tuned"]
+        assert (stack["method"], stack["label"]) == (f"lpes+{method}", f"LPES+{label}")
+        assert stack["tuning_forwards"] == tuned["lpes"]["forwards"] + tuned[method]["forwards"]
+        alone, curve = tuned[method]["setting"], tuned["lpes"]["setting"]
+        assert stack["setting"] == f"{alone['text']} on the LPES lines ({curve['text']})"
+    # The stack's held-out scores are its own: the cache holds them under a model spec with the curve in it.
+    cached = (output / "heldout").rglob("scores.cache.json")
+    assert any("lpes_scales=" in path.read_text() for path in cached)
+
+
+@pytest.mark.parametrize("methods", ["pi,pcd", "lpes,pi"])
+def test_stacks_without_lpes_or_a_stacking_method_are_refused_before_the_model_loads(checkpoint, tmp_path, methods):
+    command = [sys.executable, "-m", "lpes_harness.commands.compare", "--pretrained", str(checkpoint), "--task",
+               "needle", "--methods", methods, "--stacks", "--output", str(tmp_path / "x")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--stacks" in done.stderr and not (tmp_path / "x").exists()

@@ -5,7 +5,8 @@
 Every method of the table of methods that runs on the model (LPES, PI, Ms-PoE, Attention Buckets, MoICE with
 trained routers, positional hidden-state scaling with its channel, Found in the Middle, STRING, PCD) is tuned
 on the search split with the same number of forwards, by the same successive halving over its settings, then
-all are scored on the same held-out samples of every condition, vanilla once. The run and its stages:
+all are scored on the same held-out samples of every condition, vanilla once; ``--stacks`` adds the LPES winner
+under each stacking method's winner (``LPES lines + PCD tuned``). The run and its stages:
 :mod:`lpes_harness.search.compare_run`; the board: :mod:`lpes_harness.evaluation.compare_board`.
 """
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from lpes_harness.commands import flags
+from lpes_harness.methods import METHODS
 
 PROG = "lpes-compare"
 DESCRIPTION = (
@@ -62,6 +64,10 @@ def build_parser():
                         "holds, at most 100)")
     p.add_argument("--tuning-forwards", type=int, default=None,
                    help="forwards each method is tuned on (default: what the budget holds after the held-out table)")
+    p.add_argument("--stacks", action="store_true",
+                   help="also score, for each method that stacks with LPES (pcd, fitm, poshidden, string), its "
+                        "winner with the LPES winner's curve under it: rows 'LPES lines + PCD tuned' and so on, "
+                        "the two halves as tuned alone (no tuning of their own; held-out forwards only)")
     p.add_argument("--lpes-draws", type=int, default=15, help="pairs of lines LPES races (default 15)")
     p.add_argument("--moice-gates", default=None, help="MoICE's routers trained on this model (without: no MoICE row)")
     p.add_argument("--poshidden-setting", default=None,
@@ -95,15 +101,25 @@ def checked_args(parser, argv):
         conditions = (search_conditions(args.condition, args.task, metadata, args.chat_template) if args.condition
                       else [Condition(args.task, args.task, metadata, args.chat_template)])
         check_files(args.moice_gates, args.poshidden_setting)
+        methods = method_list(args.methods)
+        if args.stacks and not ("lpes" in methods and any(METHODS[m].stacks_with_lpes for m in methods)):
+            raise ValueError("--stacks puts the LPES winner under a method that stacks: --methods needs lpes and one "
+                             f"of {', '.join(m for m in methods_that_stack())}")
         settings = CompareArgs(
-            pretrained=args.pretrained, task=args.task, conditions=conditions, methods=method_list(args.methods),
+            pretrained=args.pretrained, task=args.task, conditions=conditions, methods=methods,
             budget=budget, heldout_samples=heldout, seed=args.seed, dtype=run_dtype(args.dtype, None),
             draws=args.lpes_draws, output=Path(args.output), command=shlex.join([PROG, *(argv or [])]),
             moice_gates=args.moice_gates, poshidden_setting=args.poshidden_setting,
-            tuning_forwards=args.tuning_forwards)
+            tuning_forwards=args.tuning_forwards, stacks=args.stacks)
     except ValueError as err:
         parser.error(str(err))
     return args, settings
+
+
+def methods_that_stack() -> list[str]:
+    from lpes_harness.search.compare_methods import COMPARED
+
+    return [m for m in COMPARED if METHODS[m].stacks_with_lpes]
 
 
 def positive_or_none(text: str) -> int:

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from lpes_harness.evaluation.baseline_rows import load_baseline_lm, parse_baselines
-from lpes_harness.evaluation.conditions import apply_chat_template
+from lpes_harness.evaluation.conditions import apply_chat_template, refuse_own_keys
 from lpes_harness.evaluation.paired_table import format_plain, paired_table, write_comparison
 from lpes_harness.evaluation.score_cache import ScoreCache
 from lpes_harness.commands import flags
@@ -109,6 +109,10 @@ def main(argv=None) -> None:
         parser.error(str(err))
     if not isinstance(metadata, dict) or args.num_samples < 1:
         parser.error("--metadata must be a JSON object and --num-samples >= 1")
+    try:
+        refuse_own_keys(metadata, "--metadata", "this command (the heldout split)")
+    except ValueError as err:
+        parser.error(str(err))
     first = named[0][1]
     recorded = json.loads(Path(first).read_text()) if Path(first).is_file() else {}
     try:

@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from lpes_harness.evaluation.conditions import parse_condition, slug, task_metadata
+from lpes_harness.evaluation.conditions import parse_condition, refuse_own_keys, slug, task_metadata
 from lpes_harness.evaluation.transfer import format_rows, paired_argv, plot_rows, rows
 from lpes_harness.commands import flags
 from lpes_harness.commands.paired import RECORDED_DTYPE
@@ -53,6 +53,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         conditions = [parse_condition(text) for text in args.condition]
+        for name, options in conditions:
+            refuse_own_keys(options, f"--condition {name!r}", "this command (the heldout split)")
     except ValueError as err:
         parser.error(str(err))
     if len({slug(name) for name, _ in conditions}) != len(conditions):

@@ -44,6 +44,17 @@ def parse_condition(text: str) -> tuple[str, dict]:
     return name.strip(), parsed
 
 
+SET_BY_COMMAND = ("split", "num_samples")  # which samples a command scores: its own choice, never a task option
+
+
+def refuse_own_keys(metadata: Mapping, where: str, by: str) -> None:
+    """A ValueError (one line) where ``metadata`` sets ``split`` or ``num_samples``, which ``by`` sets itself: the
+    scorer would override them without a word (a paired table asked for the validation split scored the held-out one)."""
+    for key in SET_BY_COMMAND:
+        if key in metadata:
+            raise ValueError(f"{where}: {key!r} is set by {by} itself (drop it; --num-samples sets the count)")
+
+
 def slug(name: str) -> str:
     """A condition's folder name: lower case, runs of other characters as one '_'."""
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "condition"
@@ -83,9 +94,7 @@ def search_conditions(texts: Sequence[str], task: str, metadata: Mapping, chat_t
         condition = Condition(name=name, task=str(options.get("task", task)),
                               metadata={**metadata, **task_metadata(options)},
                               chat_template=str(options.get("chat_template", chat_template)))
-        for key in ("split", "num_samples"):
-            if key in condition.metadata:
-                raise ValueError(f"--condition {name!r}: {key!r} is set by the search itself")
+        refuse_own_keys(condition.metadata, f"--condition {name!r}", "the search")
         try:
             resolve_options(resolve_task(condition.task), {**condition.metadata, "split": "search", "num_samples": 1})
         except TaskDataError as err:

@@ -59,13 +59,22 @@ class CompareArgs:
     moice_gates: str | None = None
     poshidden_setting: str | None = None
     tuning_forwards: int | None = None  # per method; None: what the budget holds
+    stacks: bool = False  # rows of the LPES winner under each stacking method's winner
 
     def record(self) -> dict:
-        """What a resume must find unchanged."""
+        """What a resume must find unchanged (``stacks`` only when set: a compare journalled before the flag
+        existed resumes as it was)."""
         return {"pretrained": self.pretrained, "task": self.task, "conditions": [c.to_dict() for c in self.conditions],
                 "methods": self.methods, "budget": self.budget, "heldout_samples": self.heldout_samples,
                 "seed": self.seed, "dtype": self.dtype, "draws": self.draws, "moice_gates": self.moice_gates,
-                "poshidden_setting": self.poshidden_setting, "tuning_forwards": self.tuning_forwards}
+                "poshidden_setting": self.poshidden_setting, "tuning_forwards": self.tuning_forwards,
+                **({"stacks": True} if self.stacks else {})}
+
+    def stacked_methods(self) -> list[str]:
+        """The methods whose winner gets the LPES winner under it (``--stacks``): those that stack, when LPES runs."""
+        if not self.stacks or "lpes" not in self.methods:
+            return []
+        return [m for m in self.methods if m != "lpes" and METHODS[m].stacks_with_lpes]
 
 
 def check_resumable(args: CompareArgs) -> dict | None:
@@ -195,7 +204,9 @@ class Compare:
         blocks, methods = self.blocks(), list(candidates)
         loads = 2 * sum(v for k, v in costs.items() if k.endswith(" load"))
         left = MARGIN * (self.args.budget - (time.time() - launched)) - loads
-        per_row = costs["vanilla"] + sum(costs[m] for m in methods)  # one sample of every row in one block
+        # A stack's forward costs its method's (the curve under it changes no shape), and is no tuning.
+        stacked = sum(costs[m] for m in self.args.stacked_methods() if m in methods)
+        per_row = costs["vanilla"] + sum(costs[m] for m in methods) + stacked  # one sample of every row in one block
         latency = (LATENCY_REPEATS + 1) * per_row  # a prefill is about one sample's forward
         heldout = self.args.heldout_samples
         if heldout is None:
@@ -220,6 +231,7 @@ class Compare:
             "races": races, "skipped": skipped, "estimate_seconds": round(
                 time.time() - launched + loads + latency + heldout * blocks * per_row + spent, 1),
             "candidates": {m: [s.to_dict() for s in candidates[m]] for m in methods},
+            "stacks": [m for m in self.args.stacked_methods() if m in methods],
         }  # fmt: skip
         return self.journal["plan"]
 
@@ -262,7 +274,21 @@ class Compare:
             else:
                 key = method
             rows["LPES lines" if method == "lpes" else f"{METHODS[method].label} tuned"] = (method, key, setting)
+        for method in self.args.stacked_methods():
+            if method in self.journal.get("tuned", {}) and "lpes" in self.journal["tuned"]:
+                rows[f"LPES lines + {METHODS[method].label} tuned"] = (f"lpes+{method}", f"lpes+{method}",
+                                                                      self.stack_setting(method))
         return rows
+
+    def stack_setting(self, method: str) -> Setting:
+        """The LPES winner's curve under ``method``'s winner, both as tuned alone: no forward of tuning of its
+        own (the row is what the two tuned halves give together, not a stack tuned as one)."""
+        tuned = self.journal["tuned"]
+        curve = self.settings("lpes")[tuned["lpes"]["winner"]]
+        alone = self.settings(method)[tuned[method]["winner"]]
+        scales = ";".join(repr(float(v)) for v in curve.setup.scales)
+        args = ",".join(part for part in (alone.setup.args, f"lpes_scales={scales}", "lpes_scaling=both") if part)
+        return Setting(MethodSetup(alone.setup.model, args), f"{alone.text} on the LPES lines ({curve.text})")
 
     def heldout(self) -> dict:
         rows, n = self.rows(), self.journal["plan"]["heldout_samples"]
@@ -321,9 +347,10 @@ def board_rows(compare: Compare, heldout: dict, latency: dict) -> list[dict]:
     """The board's input rows (:func:`lpes_harness.evaluation.compare_board.build_board`)."""
     tuned, out = compare.journal.get("tuned", {}), []
     for name, (method, key, setting) in compare.rows().items():
+        halves = method.split("+") if method else []  # a stack's: the forwards of both halves' races
         out.append({"name": name, "method": key, "setting": setting.text, "scores": heldout[name],
-                    "tuning_forwards": tuned[method]["forwards"] if method else 0,
-                    "candidates": tuned[method]["raced"] if method else 0,
+                    "tuning_forwards": sum(tuned[half]["forwards"] for half in halves),
+                    "candidates": sum(tuned[half]["raced"] for half in halves),
                     "latency": latency["seconds"].get(name)})
     return out
 
@@ -340,7 +367,10 @@ def describe_plan(plan: dict, methods: Sequence[str]) -> list[str]:
     for method, race in plan["races"].items():
         rungs = " -> ".join(f"{a} on {s}" for a, s in race["rungs"])
         lines.append(f"  {method}: {len(race['kept'])} settings ({rungs} samples a block), {race['forwards']} forwards")
+    stacks = plan.get("stacks", [])
+    if stacks:
+        lines.append(f"stacks: the LPES winner under the winner of {', '.join(stacks)} (held-out forwards only)")
     lines.append(f"held-out: {plan['heldout_samples']} samples per position per condition, "
-                 f"{len(plan['races']) + 1} rows; about {duration(plan['estimate_seconds'])} in all")
+                 f"{len(plan['races']) + 1 + len(stacks)} rows; about {duration(plan['estimate_seconds'])} in all")
     lines += [f"not run: {m}: {why}" for m, why in plan["skipped"].items()]
     return lines
