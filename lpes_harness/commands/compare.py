@@ -101,16 +101,15 @@ def checked_args(parser, argv):
         conditions = (search_conditions(args.condition, args.task, metadata, args.chat_template) if args.condition
                       else [Condition(args.task, args.task, metadata, args.chat_template)])
         check_files(args.moice_gates, args.poshidden_setting)
-        methods = method_list(args.methods)
-        if args.stacks and not ("lpes" in methods and any(METHODS[m].stacks_with_lpes for m in methods)):
-            raise ValueError("--stacks puts the LPES winner under a method that stacks: --methods needs lpes and one "
-                             f"of {', '.join(m for m in methods_that_stack())}")
         settings = CompareArgs(
-            pretrained=args.pretrained, task=args.task, conditions=conditions, methods=methods,
+            pretrained=args.pretrained, task=args.task, conditions=conditions, methods=method_list(args.methods),
             budget=budget, heldout_samples=heldout, seed=args.seed, dtype=run_dtype(args.dtype, None),
             draws=args.lpes_draws, output=Path(args.output), command=shlex.join([PROG, *(argv or [])]),
             moice_gates=args.moice_gates, poshidden_setting=args.poshidden_setting,
             tuning_forwards=args.tuning_forwards, stacks=args.stacks)
+        if settings.stacks and not settings.stacked_methods():
+            raise ValueError("--stacks puts the LPES winner under a method that stacks: --methods needs lpes and one "
+                             f"of {', '.join(methods_that_stack())}")
     except ValueError as err:
         parser.error(str(err))
     return args, settings

@@ -20,10 +20,9 @@ from lpes_harness.core.files import atomic_write_json, atomic_write_text
 from lpes_harness.evaluation.leaderboard import difference, points, share
 from lpes_harness.evaluation.plots import new_figure, save_agg
 from lpes_harness.evaluation.stats import compare_paired, format_p, wilson_interval
-from lpes_harness.methods import METHODS, stacked
+from lpes_harness.methods import METHODS, entry_of
 
 ALPHA = 0.05  # a paired difference below this p is bold on the page
-STACK_PREFIX = "lpes+"  # a stack row's method: lpes+pcd
 VANILLA = "vanilla"  # the required row's name, and the method name of the plain model
 LPES_METHODS = ("lpes", "lpes_base", "lpes_both")  # PI is rope.py's install too, but not a searched curve
 FILES = ("leaderboard.json", "leaderboard.md", "positions.png", "gains.png")
@@ -59,18 +58,9 @@ def _check_rows(rows: Sequence[Mapping]) -> tuple[list[str], list[int]]:
     return conditions, percents
 
 
-def table_entry(method: str | None):
-    """A row's entry of the table of methods: a key of METHODS, or ``lpes+NAME`` for an LPES curve under a
-    method that stacks (labelled "LPES+PCD", its forwards the method's); None for anything else."""
-    name = method[len(STACK_PREFIX):] if isinstance(method, str) and method.startswith(STACK_PREFIX) else None
-    if name is None:
-        return METHODS.get(method)
-    return stacked(METHODS[name]) if name in METHODS and METHODS[name].stacks_with_lpes else None
-
-
 def _check_fields(row: Mapping) -> None:
     name, method = row["name"], row.get("method")
-    if method != VANILLA and table_entry(method) is None:
+    if method != VANILLA and entry_of(method) is None:
         raise ValueError(f"row {name!r}: method {method!r} is neither {VANILLA!r}, a key of METHODS "
                          f"({', '.join(METHODS)}) nor lpes+ one that stacks")
     if name == VANILLA and method != VANILLA:
@@ -127,7 +117,7 @@ def _row_entry(row: Mapping, conditions: list[str], percents: list[int]) -> dict
     """What the board says of one row, before anything is paired."""
     pooled = _pooled(row["scores"], conditions, percents)
     method = row["method"]
-    entry = table_entry(method) if method != VANILLA else None
+    entry = entry_of(method) if method != VANILLA else None
     by_position = {str(p): _accuracy([int(v) for c in conditions for v in _at(row["scores"], c, p)])
                    for p in percents}
     return {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from lpes_harness.core.scales_args import ScalesArgs, parse_scales_args
 from lpes_harness.core.scales_file import ScalesError, model_layer_info
-from lpes_harness.methods import METHODS
+from lpes_harness.methods import METHODS, stack_key
 
 STACK_ARGUMENTS = ("lpes_scales", "lpes_scaling")
 
@@ -42,7 +42,7 @@ class CurveUnder:
     @property
     def name(self) -> str:
         """The stack's name in the model info and a row's label: ``lpes+pcd``."""
-        return f"lpes+{self.method}"
+        return stack_key(self.method)
 
     @property
     def scaling(self) -> str:

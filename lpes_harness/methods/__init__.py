@@ -212,6 +212,23 @@ def run_of(lm_eval: str | None, model_args: Mapping[str, Any] | None = None) -> 
     return found
 
 
+STACK_PREFIX = "lpes+"  # a stack's key: lpes+pcd (the model info's "stack", a compare row's method)
+
+
+def stack_key(name: str) -> str:
+    """The key of an LPES curve under method ``name``: ``lpes+pcd``."""
+    return f"{STACK_PREFIX}{name}"
+
+
+def entry_of(key: str | None) -> Method | None:
+    """The entry a key names: a key of :data:`METHODS`, or a stack's (``lpes+pcd``, labelled "LPES+PCD") where
+    the method stacks; None for anything else."""
+    if isinstance(key, str) and key.startswith(STACK_PREFIX):
+        entry = METHODS.get(key[len(STACK_PREFIX):])
+        return stacked(entry) if entry is not None and entry.stacks_with_lpes else None
+    return METHODS.get(key)
+
+
 def stacked(entry: Method) -> Method:
     """``entry`` with an LPES curve under it (``lpes_scales=``), as reports name it: "LPES+PCD". The name,
     module and model class stay the method's (the stack is that model, run with a curve), so only what a

@@ -29,7 +29,7 @@ from lpes_harness.evaluation.baseline_rows import BaselineLoader
 from lpes_harness.evaluation.conditions import Condition, apply_chat_template, slug
 from lpes_harness.evaluation.paired import cache_identity, sample_bar, score_rows
 from lpes_harness.evaluation.score_cache import ScoreCache
-from lpes_harness.methods import METHODS, rope_entry
+from lpes_harness.methods import METHODS, rope_entry, stack_key
 from lpes_harness.methods.setup import MethodSetup
 from lpes_harness.search.compare_methods import NotRun, Setting, settings_of
 from lpes_harness.search.method_racing import RacePlan, plan_race, run_race
@@ -205,8 +205,8 @@ class Compare:
         loads = 2 * sum(v for k, v in costs.items() if k.endswith(" load"))
         left = MARGIN * (self.args.budget - (time.time() - launched)) - loads
         # A stack's forward costs its method's (the curve under it changes no shape), and is no tuning.
-        stacked = sum(costs[m] for m in self.args.stacked_methods() if m in methods)
-        per_row = costs["vanilla"] + sum(costs[m] for m in methods) + stacked  # one sample of every row in one block
+        stacks = [m for m in self.args.stacked_methods() if m in methods]
+        per_row = costs["vanilla"] + sum(costs[m] for m in methods + stacks)  # one sample of every row in one block
         latency = (LATENCY_REPEATS + 1) * per_row  # a prefill is about one sample's forward
         heldout = self.args.heldout_samples
         if heldout is None:
@@ -231,7 +231,7 @@ class Compare:
             "races": races, "skipped": skipped, "estimate_seconds": round(
                 time.time() - launched + loads + latency + heldout * blocks * per_row + spent, 1),
             "candidates": {m: [s.to_dict() for s in candidates[m]] for m in methods},
-            "stacks": [m for m in self.args.stacked_methods() if m in methods],
+            "stacks": stacks,
         }  # fmt: skip
         return self.journal["plan"]
 
@@ -262,10 +262,11 @@ class Compare:
 
     # ------------------------------------------------------------------ 3. held-out, 4. latency
 
-    def rows(self) -> dict[str, tuple[str | None, str, Setting]]:
-        """Row name -> (the compare's method, the table's entry it is, the setting): vanilla (no method),
-        then each tuned method's winner, named for what it holds (a PI winner of either scaling is PI)."""
-        rows = {"vanilla": (None, "vanilla", Setting(self.vanilla(), "the plain model"))}
+    def rows(self) -> dict[str, tuple[tuple[str, ...], str, Setting]]:
+        """Row name -> (the compare's methods it took its setting from, the table's entry it is, the setting):
+        vanilla (none), then each tuned method's winner, named for what it holds (a PI winner of either scaling
+        is PI), then each stack (``--stacks``: both halves' winners, ``lpes`` and the method)."""
+        rows = {"vanilla": ((), "vanilla", Setting(self.vanilla(), "the plain model"))}
         for method, tuned in self.journal.get("tuned", {}).items():
             setting = self.settings(method)[tuned["winner"]]
             if setting.setup.is_scaled:
@@ -273,10 +274,10 @@ class Compare:
                 key = entry.name if entry is not None else "vanilla"
             else:
                 key = method
-            rows["LPES lines" if method == "lpes" else f"{METHODS[method].label} tuned"] = (method, key, setting)
+            rows["LPES lines" if method == "lpes" else f"{METHODS[method].label} tuned"] = ((method,), key, setting)
         for method in self.args.stacked_methods():
             if method in self.journal.get("tuned", {}) and "lpes" in self.journal["tuned"]:
-                rows[f"LPES lines + {METHODS[method].label} tuned"] = (f"lpes+{method}", f"lpes+{method}",
+                rows[f"LPES lines + {METHODS[method].label} tuned"] = (("lpes", method), stack_key(method),
                                                                       self.stack_setting(method))
         return rows
 
@@ -346,8 +347,7 @@ def equal_races(counts: dict, budget: int, blocks: int, seed: int, most: int) ->
 def board_rows(compare: Compare, heldout: dict, latency: dict) -> list[dict]:
     """The board's input rows (:func:`lpes_harness.evaluation.compare_board.build_board`)."""
     tuned, out = compare.journal.get("tuned", {}), []
-    for name, (method, key, setting) in compare.rows().items():
-        halves = method.split("+") if method else []  # a stack's: the forwards of both halves' races
+    for name, (halves, key, setting) in compare.rows().items():  # a stack counts both halves' races
         out.append({"name": name, "method": key, "setting": setting.text, "scores": heldout[name],
                     "tuning_forwards": sum(tuned[half]["forwards"] for half in halves),
                     "candidates": sum(tuned[half]["raced"] for half in halves),
