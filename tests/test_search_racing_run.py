@@ -98,6 +98,25 @@ def test_a_killed_race_resumes_to_the_same_result(racing_run, tmp_path):
     assert resumed["racing"] == first["racing"] and resumed["selection"] == first["selection"]
 
 
+def test_a_race_on_every_item_scores_each_prompts_needles_from_one_forward(tmp_path):
+    from test_search_gradient import TINY_CHAT_TEMPLATE
+    from tiny_models import tiny_tokenizer
+
+    checkpoint = save_tiny_checkpoint(tmp_path / "model")
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    tokenizer.save_pretrained(checkpoint)
+    args = racing_args(checkpoint, tmp_path / "run", "--every-item", "--metadata", '{"num_needles": 3}')
+    args[args.index("needle")] = "multi_needle"
+    done = run([sys.executable, GA, *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"on {SAMPLES} samples ({3 * SAMPLES} questions: each prompt asked about every item" in done.stdout
+    scores = scores_of(tmp_path / "run")
+    assert len(scores) == FORWARDS  # one forward a prompt, whatever its questions
+    assert {round(3 * s["right"], 6) for s in scores} <= {0.0, 1.0, 2.0, 3.0}  # the share of its 3 questions
+    assert json.loads((tmp_path / "run" / "racing.json").read_text())["settings"]["every_item"] is True
+
+
 def test_status_reads_the_race(racing_run):
     _, output, _ = racing_run
     done = run([sys.executable, GA, "--status", "--output", str(output)])

@@ -4,6 +4,8 @@ their checks: one line each before anything heavy loads. The stages themselves:
 
 from __future__ import annotations
 
+import argparse
+
 from lpes_harness.search.gradient_stage import FAMILIES
 
 SEARCH_METHODS = ("ga", "gradient", "racing")
@@ -44,6 +46,11 @@ def add_search_method_flags(parser) -> None:
     grad.add_argument("--racing-first", type=int, default=8,
                       help="racing: every candidate's first samples; each later rung keeps the better half on twice as "
                            "many (greedy accuracy ranks, --loss breaks ties)")
+    grad.add_argument("--every-item", action=argparse.BooleanOptionalAction, default=False,
+                      help="racing: ask each sample's prompt about every item it holds (every needle of multi_needle), "
+                           "all from one forward of the text they share, and rank by the share answered right: about "
+                           "8 questions a forward, most of them about middle needles, where the plain model fails "
+                           "(on in racing-smollm2; a task without ask_item is refused)")
     grad.add_argument("--uniform-share", type=float, default=1.0,
                       help="uniform.json is tuned on this share of the search's forwards (default 1: as many)")
 
@@ -75,6 +82,9 @@ def check_search_method_settings(args) -> None:
     if not (args.racing_draws >= 1 and 1 <= args.racing_first <= args.racing_samples):
         raise ValueError(f"--racing-draws {args.racing_draws} / --racing-first {args.racing_first} / --racing-samples "
                          f"{args.racing_samples}: need draws >= 1 and 1 <= first <= samples")
+    if args.every_item and args.search_method == "racing" and _ask_item(args.task) is None:
+        raise ValueError(f"--every-item: {args.task} cannot ask a prompt about its other items (no ask_item); "
+                         "give --no-every-item")
     if args.search_method == "racing" and args.family != "lines":
         raise ValueError("--search-method racing draws lines; --family per-layer is the gradient search's")
     if args.search_method in ("gradient", "racing"):
@@ -83,6 +93,12 @@ def check_search_method_settings(args) -> None:
                              "genome")
         if args.draw_range is not None and "num_sentences" not in _task_options(args.task):
             raise ValueError(f"--draw-sentences: {args.task} has no num_sentences option; give --draw-sentences none")
+
+
+def _ask_item(task: str):
+    from lpes_harness.tasks.position import resolve_task
+
+    return resolve_task(task).ask_item
 
 
 def _task_options(task: str) -> set[str]:

@@ -39,6 +39,23 @@ def position_token_samples(lm, task: str, split: str, conditions: Sequence[Mappi
 
     A sample's ``condition`` is its condition with ``gold_percent`` added.
     """
+    groups = _row_groups(lm, task, split, conditions, percents, seed, metadata, chat_template, every_item=False)
+    return token_samples(lm, [group[0] for group in groups])
+
+
+def position_question_groups(lm, task: str, split: str, conditions: Sequence[Mapping], percents: Sequence[int],
+                             seed: int, *, metadata: Mapping | None = None,
+                             chat_template: bool | None = None) -> list[list[TokenSample]]:
+    """As :func:`position_token_samples`, each sample followed by the same prompt asked about every other item
+    of it that answers something (the task's ``ask_item``; the racing stage's ``--every-item``): one group a
+    condition, the drawn sample first. The group's prompts differ only in the question, so one forward of the
+    text they share scores them all (:func:`lpes_harness.search.shared_prefix.group_log_probs`). A re-asked
+    sample's ``condition`` has ``gold_percent`` where its item sits and ``asked_item``, the item's index."""
+    groups = _row_groups(lm, task, split, conditions, percents, seed, metadata, chat_template, every_item=True)
+    return [token_samples(lm, group) for group in groups]
+
+
+def _row_groups(lm, task, split, conditions, percents, seed, metadata, chat_template, *, every_item: bool):
     if not percents:
         raise ValueError("position_token_samples needs at least one gold position")
     drawn = gold_percents(len(conditions), percents, seed)
@@ -49,14 +66,14 @@ def position_token_samples(lm, task: str, split: str, conditions: Sequence[Mappi
     groups: dict[tuple, list[int]] = {}
     for index, (condition, _) in enumerate(placed):
         groups.setdefault(_options_key(condition), []).append(index)
-    rows: list[tuple | None] = [None] * len(placed)
+    rows: list[list | None] = [None] * len(placed)
     for members in groups.values():
         options = {**(metadata or {}), **_options(placed[members[0]][0])}
         wanted = {placed[i][0]["sample"] for i in members}
         for i, row in zip(members, _rows(lm, task, split, options, [placed[i] for i in members], 1 + max(wanted),
-                                         chat_template)):
+                                         chat_template, every_item)):
             rows[i] = row
-    return token_samples(lm, rows)
+    return rows
 
 
 def gold_percents(count: int, percents: Sequence[int], seed: int) -> list[int]:
@@ -71,10 +88,11 @@ def gold_percents(count: int, percents: Sequence[int], seed: int) -> list[int]:
 
 
 def _rows(lm, task: str, split: str, options: Mapping, placed: Sequence[tuple[dict, int]], num_samples: int,
-          chat_template: bool | None) -> list[tuple]:
-    """``(context, gold continuation, other continuations, condition)`` per placed condition, one options set."""
+          chat_template: bool | None, every_item: bool) -> list[list[tuple]]:
+    """Per placed condition (one options set), its ``(context, gold continuation, other continuations,
+    condition)`` row, then with ``every_item`` the rows of the same prompt asked about its other items."""
     from lpes_harness.lmeval.position_scorer import PositionScorer
-    from lpes_harness.tasks.position import build_examples, resolve_options, resolve_task
+    from lpes_harness.tasks.position import build_examples, item_docs, resolve_options, resolve_task
 
     percents = sorted({percent for _, percent in placed})
     scorer = PositionScorer(lm, task, percents, metadata=options, split=split, num_samples=num_samples,
@@ -85,11 +103,18 @@ def _rows(lm, task: str, split: str, options: Mapping, placed: Sequence[tuple[di
     rows = []
     for condition, percent in placed:
         lm_eval_task, doc = scorer.tasks[percent], scorer.docs[percent][condition["sample"]]
-        pairs, _ = scorer.answer_pairs(lm_eval_task, [doc])
-        context, gold = pairs[0]  # the doc's first answer, as the scorer feeds it
-        delimiter = lm_eval_task.config.target_delimiter
-        others = [delimiter + value for value in other_values(position_task, examples[doc["sample_index"]])]
-        rows.append((context, gold, others, {**condition, "gold_percent": percent}))
+        example = examples[doc["sample_index"]]
+        asked = [doc] + (item_docs(position_task, example, percent, doc["sample_index"]) if every_item else [])
+        group = []
+        for one in asked:  # the prompt as the scorer feeds it (the same lm-eval task: only the question differs)
+            pairs, _ = scorer.answer_pairs(lm_eval_task, [one])
+            context, gold = pairs[0]  # the doc's first answer
+            delimiter = lm_eval_task.config.target_delimiter
+            values = [*example.answers, *other_values(position_task, example)]
+            others = [delimiter + value for value in values if value not in one["answers"]]
+            extra = {"asked_item": one["asked_item"]} if "asked_item" in one else {}
+            group.append((context, gold, others, {**condition, "gold_percent": one["gold_percent"], **extra}))
+        rows.append(group)
     return rows
 
 

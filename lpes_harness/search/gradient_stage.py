@@ -76,20 +76,20 @@ def build_samples(args, lm, fitness_config, count: int):
                                   metadata=args.metadata, chat_template=fitness_config.chat_template)
 
 
-def seconds_by_length(samples, run_one) -> list[float]:
+def seconds_by_length(samples, run_one, length=lambda sample: len(sample.prompt)) -> list[float]:
     """Each sample's seconds for ``run_one(sample)`` on this machine: the shortest and the longest sample timed
     (after one untimed run, which pays the process's one-off set-up), the others interpolated by their prompt
     length (the time is close to linear in it at these lengths: a forward and backward 3.7, 10.4 and 21.6 s at
     0.75k, 1.8k and 2.9k tokens for SmolLM2 in float32 on 2 AVX2 cores)."""
-    short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
+    short, long = min(samples, key=length), max(samples, key=length)
     timed = {}
     for name, sample in (("warm-up", short), ("short", short), ("long", long)):
         started = time.perf_counter()
         run_one(sample)
         timed[name] = time.perf_counter() - started
-    low, high = len(short.prompt), len(long.prompt)
+    low, high = length(short), length(long)
     slope = (timed["long"] - timed["short"]) / (high - low) if high > low else 0.0
-    return [timed["short"] + slope * (len(s.prompt) - low) for s in samples]
+    return [timed["short"] + slope * (length(s) - low) for s in samples]
 
 
 def step_seconds(lm, samples, family, loss: str) -> float:

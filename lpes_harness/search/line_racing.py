@@ -18,7 +18,9 @@ Greedy accuracy ranks because it is what the user gets (the issue: the dense ``l
 The plain model races like any draw, so the search ends at a curve only where one led it on every rung's samples.
 
 The samples are :class:`~lpes_harness.search.gradient.TokenSample` s drawn over lengths
-(:mod:`~lpes_harness.search.gradient_samples`); a sample's score needs one forward.
+(:mod:`~lpes_harness.search.gradient_samples`); a sample's score needs one forward. With ``--every-item`` a sample
+is a group, its prompt asked about every needle it holds, scored from one forward of the text they share
+(:mod:`~lpes_harness.search.shared_prefix`); its score is then the share of its questions answered right.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class Entry:
 
     index: int
     ends: list[tuple[float, float]]
-    right: list[bool] = field(default_factory=list)
+    right: list[float] = field(default_factory=list)  # per sample: 1 / 0, or the share right of its questions
     loss: list[float] = field(default_factory=list)
     rung: int = 0  # the last rung it was scored at
 
@@ -110,7 +112,9 @@ def race(score: Callable[[Entry, int], tuple[bool, float]], candidates: Sequence
          stop_before_rung: Callable[[int, int, int], bool] | None = None) -> RaceResult:
     """Successive halving of ``candidates`` (line ends per axis, the plain model's included) by ``score``.
 
-    ``score(entry, sample)`` -> ``(right, loss)`` for one sample under the entry's lines (one forward).
+    ``score(entry, sample)`` -> ``(right, loss)`` for one sample under the entry's lines (one forward): ``right``
+    True / False, or the share of the sample's questions answered right where one forward scores several
+    (``--every-item``).
     ``known``: ``{(candidate index, sample): (right, loss)}`` already scored (a resumed race): served, not scored
     again, and counted in ``forwards`` as the forwards they cost. ``on_score`` is called after each new score (a journal line). The race is
     deterministic given the scores, so a resumed one ends exactly as an uninterrupted one.
@@ -135,7 +139,7 @@ def race(score: Callable[[Entry, int], tuple[bool, float]], candidates: Sequence
                     if on_score is not None:
                         on_score(entry, sample, right, loss)
                 forwards += 1  # a served score was a forward of the run it came from
-                entry.right.append(bool(right))
+                entry.right.append(float(right))
                 entry.loss.append(float(loss))
         before = seen
     winner = min(alive, key=lambda e: (e.key(before), e.index))

@@ -186,8 +186,10 @@ PROFILES["racing-smollm2"] = {
     **{k: v for k, v in PROFILES["gradient-smollm2"].items()
        if k not in ("lr", "gradient_samples", "gradient_forwards", "family")},
     "search_method": "racing", "y_min": 0.5, "y_max": 2.0, "base_y_min": 0.5, "base_y_max": 2.0,
-    "racing_draws": 23, "racing_samples": 48, "racing_first": 8,
-    "uniform_share": 0.125, "validation_samples": 8, "select_top": 2, "selection_rule": "accuracy",
+    "racing_draws": 31, "racing_samples": 48, "racing_first": 8, "every_item": True,
+    # The race's last rung (4 finalists on 48 prompts, 8 questions each: 384 paired questions) says more than
+    # 80 validation prompts could, so the validation's forwards went to more draws (23 -> 31).
+    "uniform_share": 0.125, "validation_samples": 0,
 }  # fmt: skip
 
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
@@ -239,12 +241,11 @@ profiles (--profile; the command line and --config override a profile's values):
          uniform.json on a quarter of them; the choice on validation samples at 120 and 240
          sentences (under an hour on 2 cores; --estimate says for this machine)
   racing-smollm2  random pairs of lines (--search-method racing) for the bundled SmolLM2 on a
-         CPU, what auto runs there: 23 pairs (position and base, each end in [0.5, 2]) and
-         the plain model raced by successive halving on 48 samples drawn from 60 to 300
-         sentences (432 forwards); uniform.json on an eighth of them; the choice among the
-         two finalists, the plain model and uniform.json by accuracy on 8 validation
-         samples per position at 120 and 240 sentences (--selection-rule accuracy; under
-         an hour on 2 cores; --estimate says for this machine)
+         CPU, what auto runs there: 31 pairs (position and base, each end in [0.5, 2]) and
+         the plain model raced by successive halving on 48 prompts drawn from 60 to 300
+         sentences, each asked about all of its 8 needles from one forward of its text
+         (--every-item; 576 forwards); the race's winner is the curve; uniform.json on an
+         eighth of its forwards (under an hour on 2 cores; --estimate says for this machine)
   auto   (default) racing-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
          GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other
          models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16

@@ -47,15 +47,37 @@ def candidates(args, spec) -> list[list[tuple[float, float]]]:
     return [[(1.0, 1.0)] * len(bounds)] + latin_ends(args.racing_draws, bounds, args.seed)
 
 
-def forward_seconds(lm, samples) -> list[float]:
-    """Each sample's forward on this machine (:func:`~lpes_harness.search.gradient_stage.seconds_by_length`)."""
+def build_groups(args, lm, fitness_config, count: int) -> list[list]:
+    """The race's samples, each a group of :class:`~lpes_harness.search.gradient.TokenSample` s scored together: the
+    drawn sample alone, or with ``--every-item`` followed by its prompt asked about each of its other items."""
+    from lpes_harness.search.gradient_stage import build_samples, drawn
+
+    if not args.every_item:
+        return [[sample] for sample in build_samples(args, lm, fitness_config, count)]
+    from lpes_harness.search.gradient_samples import position_question_groups
+
+    percents = sorted({p for ps in fitness_config.positions.values() for p in ps})
+    return position_question_groups(lm, args.task, "search", drawn(args, count), percents, args.seed,
+                                    metadata=args.metadata, chat_template=fitness_config.chat_template)
+
+
+def group_scores(model, group) -> list:
+    """The answer log-probabilities of a group's questions: one forward for one question (as the race always
+    scored), one forward of the shared text and each question's own tokens for several."""
+    from lpes_harness.search.gradient import answer_log_probs
+    from lpes_harness.search.shared_prefix import group_log_probs
+
+    return [answer_log_probs(model, group[0])] if len(group) == 1 else group_log_probs(model, group)
+
+
+def forward_seconds(lm, groups) -> list[float]:
+    """Each sample's forward (its group's) on this machine (:func:`~lpes_harness.search.gradient_stage.seconds_by_length`)."""
     import torch
 
-    from lpes_harness.search.gradient import answer_log_probs
     from lpes_harness.search.gradient_stage import seconds_by_length
 
     with torch.no_grad():
-        return seconds_by_length(samples, lambda sample: answer_log_probs(lm.model, sample))
+        return seconds_by_length(groups, lambda group: group_scores(lm.model, group), length=lambda g: len(g[0].prompt))
 
 
 def race_seconds(config, seconds: list[float]) -> float:
@@ -70,10 +92,9 @@ def race_seconds(config, seconds: list[float]) -> float:
 def racing_plan(args, lm, fitness_config, fitness, spec, spent: float):
     """The run's cost with the racing stage, printed before it runs, from its own samples timed here (and a
     fitness sample for the stages after it). Returns the samples built, which the stage then uses."""
-    from lpes_harness.search.gradient_stage import build_samples
     from lpes_harness.search.timing import print_stage_plan
 
-    samples = build_samples(args, lm, fitness_config, args.racing_samples)
+    samples = build_groups(args, lm, fitness_config, args.racing_samples)
     config = racing_config(args)
     racing = race_seconds(config, forward_seconds(lm, samples))
     rungs = " -> ".join(f"{alive} on {seen}" for alive, seen in config.rungs())
@@ -92,8 +113,8 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
     from tqdm.auto import tqdm
 
     from lpes_harness.core import rope
-    from lpes_harness.search.gradient import answer_log_probs, loss_from
-    from lpes_harness.search.gradient_stage import build_family, build_samples
+    from lpes_harness.search.gradient import loss_from
+    from lpes_harness.search.gradient_stage import build_family
     from lpes_harness.search.line_racing import race
 
     args, output, spec = run.args, run.output, run.spec  # --family is lines here: the flags refuse per-layer
@@ -102,8 +123,11 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
     known = _read_known(output, args, drawn) if args.resume else {}
     atomic_write_json(output / RACING_FILE, {"settings": _settings(args), "candidates": drawn,
                                              "rungs": config.rungs()})
-    samples = run.drawn_samples or build_samples(args, run.lm, run.fitness_config, args.racing_samples)
+    samples = run.drawn_samples or build_groups(args, run.lm, run.fitness_config, args.racing_samples)
+    questions = sum(len(group) for group in samples)
     print(f"racing lines: {config.draws} line pairs and the plain model on {len(samples)} samples"
+          + (f" ({questions} questions: each prompt asked about every item, one forward a prompt)"
+             if questions > len(samples) else "")
           + (f" drawn over num_sentences {args.draw_range[0]}-{args.draw_range[1]}" if args.draw_range else "")
           + "; rungs " + " -> ".join(f"{alive} on {seen}" for alive, seen in config.rungs())
           + f" samples, {config.forwards()} forwards", flush=True)
@@ -112,12 +136,16 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
     clock = _RungClock(run, started)
     journal = (output / RACING_JOURNAL).open("a")
 
-    def score(entry, sample: int) -> tuple[bool, float]:
+    def score(entry, sample: int) -> tuple[float, float]:
         rope.install(run.lm.model, family.factors(family.initial(entry.ends)).tolist(), args.scaling)
+        group = samples[sample]
         with torch.no_grad():
-            log_probs = answer_log_probs(run.lm.model, samples[sample])
-        right = log_probs.argmax(-1).tolist() == list(samples[sample].answer)
-        return right, float(loss_from(log_probs, samples[sample], args.loss))
+            scored = group_scores(run.lm.model, group)
+        right = [lp.argmax(-1).tolist() == list(q.answer) for lp, q in zip(scored, group)]
+        losses = [float(loss_from(lp, q, args.loss)) for lp, q in zip(scored, group)]
+        if len(group) == 1:
+            return right[0], losses[0]
+        return sum(right) / len(group), sum(losses) / len(group)
 
     def on_score(entry, sample: int, right: bool, loss: float) -> None:
         journal.write(json.dumps({"candidate": entry.index, "sample": sample, "right": right, "loss": loss}) + "\n")
@@ -148,8 +176,11 @@ def racing_stage(run: Run, sweep) -> tuple[dict, list[dict]]:
         result["sweep"] = sweep.summary()
     if found.stopped:
         print(f"the time budget stopped the race after rung {found.winner.rung}", flush=True)
+    got = sum(found.winner.right)
     print(f"race won by candidate {found.winner.index} ({_ends_text(found.winner.ends, args.scaling)}): "
-          f"{sum(found.winner.right)} of {len(found.winner.right)} right ({found.forwards} forwards)", flush=True)
+          + (f"{got:g} of {len(found.winner.right)} right" if questions == len(samples) else
+             f"{got / len(found.winner.right):.3f} of each prompt's questions right on average, {len(found.winner.right)} "
+             "prompts") + f" ({found.forwards} forwards)", flush=True)
     return result, history
 
 
@@ -192,7 +223,7 @@ def _settings(args) -> dict:
     return {"racing_draws": args.racing_draws, "racing_samples": args.racing_samples, "racing_first": args.racing_first,
             "loss": args.loss, "draw_range": list(args.draw_range or []),
             "draw_needle_range": list(args.draw_needle_range or []), "seed": args.seed, "scaling": args.scaling,
-            "task": args.task}
+            "task": args.task, "every_item": bool(args.every_item)}
 
 
 def _read_known(output: Path, args, drawn) -> dict:

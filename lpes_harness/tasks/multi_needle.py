@@ -15,6 +15,7 @@ The answer is opened for the model (lm-eval's ``gen_prefix``): "The special magi
 <city> is", so greedy decoding and teacher-forced scoring read the same few digit tokens.
 """
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,18 @@ def make_example(sample: Sample, options: Mapping[str, Any]) -> Example:
     )
 
 
+def ask_item(example: Example, item) -> Example | None:
+    """The example asked about another needle (``PositionTask.ask_item``): its city's question and number."""
+    match = _NEEDLE.match(item)
+    if match is None:  # filler
+        return None
+    city, number = match.groups()
+    return Example(gold=item, distractors=(), answers=[number], fields={**example.fields, "city": city})
+
+
+_NEEDLE = re.compile(r"^The special magic number for (\w+) is (\d+)\.$")
+
+
 def render_prompt(items, example: Example) -> str:
     return PROMPT_TEMPLATE.format(haystack=" ".join(items), city=example.fields["city"])
 
@@ -105,5 +118,6 @@ MULTI_NEEDLE = register_position_task(
         roles={"begin": (0,), "middle": (25, 50, 75), "end": (100,)},
         chat_template=True,
         item_answer=needle_number,
+        ask_item=ask_item,
     )
 )

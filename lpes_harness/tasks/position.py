@@ -108,6 +108,11 @@ class PositionTask:
       gold one (a needle's number, a pair's value), None for an item that holds no answer
       (filler). ``item_text(item) -> str``: optional, for items that hold text rather than a
       value (documents). Either lets ``lpes-check`` tell which item a wrong answer came from.
+    - ``ask_item(example, item) -> Example | None``: optional; the example asked about another of
+      its items instead (that item's answer, and the fields its question and answer prefix read),
+      None for an item that answers nothing. The prompt differs from the gold one only in the
+      question, so a search can score a question about every item of one prompt from one forward
+      of the text they share (:func:`item_docs`).
     """
 
     name: str
@@ -125,6 +130,7 @@ class PositionTask:
     chat_template: bool = False
     item_answer: Callable[[Any], str | None] | None = None
     item_text: Callable[[Any], str] | None = None
+    ask_item: Callable[[Example, Any], Example | None] | None = None
 
     def __post_init__(self):
         if not self.positions or any(not isinstance(p, int) or not 0 <= p <= 100 for p in self.positions):
@@ -350,6 +356,38 @@ def _warn_same_place(task: PositionTask, percent: int, num_items: int) -> None:
         )
 
 
+def item_docs(task: PositionTask, example: Example, percent: int, sample_index: int) -> list[dict]:
+    """The docs of ``example`` with the gold item at ``percent``, asked about each of its other items that
+    answers something (``task.ask_item``), in the items' order: the same text, another question. Their
+    ``gold_percent`` is where the asked item sits (rounded); empty for a task without ``ask_item``."""
+    if task.ask_item is None:
+        return []
+    items, gold_at = place_gold(example, percent)
+    docs = []
+    for index, item in enumerate(items):
+        asked = None if index == gold_at else task.ask_item(example, item)
+        if asked is not None:
+            docs.append(_doc(task, items, index, round(100 * index / max(len(items) - 1, 1)), asked,
+                             {"sample_index": sample_index, "asked_item": index}))
+    return docs
+
+
+def _doc(task: PositionTask, items: list, gold_at: int, percent: int, example: Example, extra: Mapping) -> dict:
+    return {
+        "prompt": task.render(items, example),
+        "answers": list(example.answers),
+        "greedy_answers": list(example.answers) + list(example.other_forms),
+        "target": example.answers[0],
+        "gold_index": gold_at,
+        "num_items": len(items),
+        "gold_percent": percent,
+        **extra,
+        "position_task": task.name,
+        **({"answer_prefix": task.answer_prefix(example)} if task.answer_prefix else {}),
+        **example.fields,
+    }
+
+
 def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> list[dict]:
     """lm-eval docs for one gold position: prompt, answers, target, gold index and the example's fields."""
     docs = []
@@ -362,20 +400,6 @@ def build_docs(task: PositionTask, percent: int, options: Mapping[str, Any]) -> 
         for form in example.other_forms:
             if task.metric(form, list(example.answers)) != 1:
                 raise ValueError(f"{task.name}: the answer form {form!r} does not score 1 under the task's metric")
-        docs.append(
-            {
-                "prompt": task.render(items, example),
-                "answers": list(example.answers),
-                "greedy_answers": list(example.answers) + list(example.other_forms),
-                "target": example.answers[0],
-                "gold_index": gold_at,
-                "num_items": len(items),
-                "gold_percent": percent,
-                "sample_index": index,
-                "position_task": task.name,
-                **({"answer_prefix": task.answer_prefix(example)} if task.answer_prefix else {}),
-                **example.fields,
-            }
-        )
+        docs.append(_doc(task, items, gold_at, percent, example, {"sample_index": index}))
     return docs
 
