@@ -612,6 +612,7 @@ def test_another_task_searches_alone_unless_its_own_conditions_are_given(capsys)
     assert args.conditions == [] and "searching kv_retrieval alone" in err
     # The default race on a CPU draws multi_needle's lengths: kv_retrieval's samples keep their own size.
     assert args.profile == "racing-smollm2" and args.draw_range is None and "keep their size" in err
+    assert not args.every_item and "one question a prompt" in err  # kv_retrieval cannot re-ask its pairs
     assert parse_args(["--task", "multi_needle"]).draw_range == (60, 300)
     args = parse_args(["--task", "kv_retrieval", "--condition", 'five={"num_pairs": 5}', "--condition", 'ten={"num_pairs": 10}'])
     assert [c.metadata for c in args.conditions] == [{"num_pairs": 5}, {"num_pairs": 10}]

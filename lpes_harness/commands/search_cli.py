@@ -401,6 +401,9 @@ def _drop_profile_conditions_for_another_task(args, profile: str) -> None:
               f"({own['draw_sentences']}); {args.task}'s samples keep their size (give --draw-sentences to draw)",
               file=sys.stderr)
         args.draw_sentences = "none"
+    if own.get("every_item") and args.every_item and not search_method_flags.task_asks_items(args.task):
+        print(f"note: --task {args.task}: cannot ask a prompt about every item; one question a prompt", file=sys.stderr)
+        args.every_item = False
 
 
 def _check_robust_settings(args) -> None:

@@ -82,7 +82,7 @@ def check_search_method_settings(args) -> None:
     if not (args.racing_draws >= 1 and 1 <= args.racing_first <= args.racing_samples):
         raise ValueError(f"--racing-draws {args.racing_draws} / --racing-first {args.racing_first} / --racing-samples "
                          f"{args.racing_samples}: need draws >= 1 and 1 <= first <= samples")
-    if args.every_item and args.search_method == "racing" and _ask_item(args.task) is None:
+    if args.every_item and args.search_method == "racing" and not task_asks_items(args.task):
         raise ValueError(f"--every-item: {args.task} cannot ask a prompt about its other items (no ask_item); "
                          "give --no-every-item")
     if args.search_method == "racing" and args.family != "lines":
@@ -95,10 +95,11 @@ def check_search_method_settings(args) -> None:
             raise ValueError(f"--draw-sentences: {args.task} has no num_sentences option; give --draw-sentences none")
 
 
-def _ask_item(task: str):
+def task_asks_items(task: str) -> bool:
+    """Whether ``task`` can ask a prompt about its other items (``--every-item``)."""
     from lpes_harness.tasks.position import resolve_task
 
-    return resolve_task(task).ask_item
+    return resolve_task(task).ask_item is not None
 
 
 def _task_options(task: str) -> set[str]:
