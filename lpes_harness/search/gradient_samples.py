@@ -105,12 +105,12 @@ def _rows(lm, task: str, split: str, options: Mapping, placed: Sequence[tuple[di
         lm_eval_task, doc = scorer.tasks[percent], scorer.docs[percent][condition["sample"]]
         example = examples[doc["sample_index"]]
         asked = [doc] + (item_docs(position_task, example, percent, doc["sample_index"]) if every_item else [])
+        delimiter = lm_eval_task.config.target_delimiter
+        values = [*example.answers, *other_values(position_task, example)]  # every item's answer, the gold first
         group = []
         for one in asked:  # the prompt as the scorer feeds it (the same lm-eval task: only the question differs)
             pairs, _ = scorer.answer_pairs(lm_eval_task, [one])
             context, gold = pairs[0]  # the doc's first answer
-            delimiter = lm_eval_task.config.target_delimiter
-            values = [*example.answers, *other_values(position_task, example)]
             others = [delimiter + value for value in values if value not in one["answers"]]
             extra = {"asked_item": one["asked_item"]} if "asked_item" in one else {}
             group.append((context, gold, others, {**condition, "gold_percent": one["gold_percent"], **extra}))

@@ -66,14 +66,16 @@ def drawn(args, count: int) -> list[dict]:
     return draw_conditions(args.seed, count, ConditionRange(args.draw_range, args.draw_needle_range))
 
 
-def build_samples(args, lm, fitness_config, count: int):
+def build_samples(args, lm, fitness_config, count: int, *, every_item: bool = False):
     """``count`` samples (the gradient and the racing stage's): one per drawn condition, from the task's search
-    split, read as the fitness reads it."""
-    from lpes_harness.search.gradient_samples import position_token_samples
+    split, read as the fitness reads it. ``every_item``: each a group, the sample then its prompt asked about
+    every other item (:func:`~lpes_harness.search.gradient_samples.position_question_groups`)."""
+    from lpes_harness.search.gradient_samples import position_question_groups, position_token_samples
 
     percents = sorted({p for ps in fitness_config.positions.values() for p in ps})
-    return position_token_samples(lm, args.task, "search", drawn(args, count), percents, args.seed,
-                                  metadata=args.metadata, chat_template=fitness_config.chat_template)
+    build = position_question_groups if every_item else position_token_samples
+    return build(lm, args.task, "search", drawn(args, count), percents, args.seed, metadata=args.metadata,
+                 chat_template=fitness_config.chat_template)
 
 
 def seconds_by_length(samples, run_one, length=lambda sample: len(sample.prompt)) -> list[float]:

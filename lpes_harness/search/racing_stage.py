@@ -50,15 +50,11 @@ def candidates(args, spec) -> list[list[tuple[float, float]]]:
 def build_groups(args, lm, fitness_config, count: int) -> list[list]:
     """The race's samples, each a group of :class:`~lpes_harness.search.gradient.TokenSample` s scored together: the
     drawn sample alone, or with ``--every-item`` followed by its prompt asked about each of its other items."""
-    from lpes_harness.search.gradient_stage import build_samples, drawn
+    from lpes_harness.search.gradient_stage import build_samples
 
-    if not args.every_item:
-        return [[sample] for sample in build_samples(args, lm, fitness_config, count)]
-    from lpes_harness.search.gradient_samples import position_question_groups
-
-    percents = sorted({p for ps in fitness_config.positions.values() for p in ps})
-    return position_question_groups(lm, args.task, "search", drawn(args, count), percents, args.seed,
-                                    metadata=args.metadata, chat_template=fitness_config.chat_template)
+    if args.every_item:
+        return build_samples(args, lm, fitness_config, count, every_item=True)
+    return [[sample] for sample in build_samples(args, lm, fitness_config, count)]
 
 
 def group_scores(model, group) -> list:
