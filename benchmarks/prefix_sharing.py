@@ -22,14 +22,12 @@ difference in log-probability).
 
 from __future__ import annotations
 
-import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 # this folder: on sys.path when run as a script
-from side_by_side import RUN_FLAGS, DecoderTokens, interleaved, model_flags, parse_flags
+from side_by_side import RUN_FLAGS, DecoderTokens, interleaved, model_flags, parse_flags, per_sample_medians, scaled_lm
 
 PERCENTS = (0, 25, 50, 75, 100)
 METHODS = ("each alone", "shared")
@@ -61,14 +59,10 @@ def sample_prompts(lm, samples: int) -> list[list[tuple[str, str]]]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     from lpes_harness.core.files import atomic_write_json
-    from lpes_harness.lmeval.lpes_lm import LPESLM
     from lpes_harness.lmeval.answer_logits import score_answers
 
-    scales = args.scales or (REFERENCE if args.pretrained is None and Path(REFERENCE).is_file() else None)
-    lm = LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, scales=scales)
+    lm, scales = scaled_lm(args, REFERENCE)
     samples = sample_prompts(lm, args.samples)
     device = torch.device(lm.device)
     tokens = DecoderTokens(lm.model)
@@ -83,12 +77,9 @@ def main(argv=None) -> int:
     seconds, results = interleaved(METHODS, run, args.repeats, device, samples)
     tokens.remove()
 
-    per_sample = {method: [statistics.median(times) for times in seconds[method]] for method in METHODS}
-    base = per_sample["each alone"]
-    rows = {method: {"median_s": statistics.median(per_sample[method]),
-                     "ratio_to_each_alone": statistics.median(t / b for t, b in zip(per_sample[method], base)),
-                     "tokens": sum(result[1] for result in results[method])}
-            for method in METHODS}
+    per_sample, rows = per_sample_medians(seconds, "each alone")
+    for method in METHODS:
+        rows[method]["tokens"] = sum(result[1] for result in results[method])
     alone = [score for sample in results["each alone"] for score in sample[0]]
     shared = [score for sample in results["shared"] for score in sample[0]]
     same_greedy = sum(a[1] == b[1] for a, b in zip(alone, shared))

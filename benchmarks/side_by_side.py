@@ -72,6 +72,33 @@ def interleaved(methods: tuple[str, ...], run, repeats: int, device, samples=(No
     return seconds, results
 
 
+def scaled_lm(args, default_scales: str):
+    """``args.threads`` applied, then ``lpes_hf`` from ``args`` (model, device, dtype), scaled by ``args.scales``, else
+    by ``default_scales`` (a committed curve, read from the repository's root) for the bundled model, else 1.
+    Returns ``(lm, scales)``."""
+    from pathlib import Path
+
+    from lpes_harness.lmeval.lpes_lm import LPESLM
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    scales = args.scales or (default_scales if args.pretrained is None and Path(default_scales).is_file() else None)
+    return LPESLM(pretrained=args.pretrained, device=args.device, dtype=args.dtype, scales=scales), scales
+
+
+def per_sample_medians(seconds: dict, base: str) -> tuple[dict, dict]:
+    """From :func:`interleaved`'s ``seconds``: each method's median seconds per sample (over repeats), and a row a
+    method: ``median_s`` (over samples) and ``ratio_to_<base>``, the median of its per-sample ratios to ``base``'s."""
+    import statistics
+
+    per_sample = {method: [statistics.median(times) for times in by_sample] for method, by_sample in seconds.items()}
+    key = f"ratio_to_{base.replace(' ', '_')}"
+    rows = {method: {"median_s": statistics.median(times),
+                     key: statistics.median(t / b for t, b in zip(times, per_sample[base]))}
+            for method, times in per_sample.items()}
+    return per_sample, rows
+
+
 class DecoderTokens:
     """The tokens a model's decoder runs while installed: every prompt token it is given, and one per generated token."""
 

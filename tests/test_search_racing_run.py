@@ -122,6 +122,9 @@ def test_status_reads_the_race(racing_run):
     done = run([sys.executable, GA, "--status", "--output", str(output)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"racing: done, {FORWARDS} of {FORWARDS} forwards, {DRAWS + 1} candidates scored" in done.stdout
+    winner = json.loads((output / "result.json").read_text())["racing"]["winner"]
+    mean = sum(winner["right"]) / len(winner["right"])  # the standings lead with the race's winner
+    assert f"on {SAMPLES} samples (mean share of questions right): {winner['index']} {mean:.3f}" in done.stdout
     assert "finished: lm_eval --model lpes_hf" in done.stdout, done.stdout
 
 

@@ -175,13 +175,13 @@ PROFILES["gradient-smollm2"] = {
 }  # fmt: skip
 
 # Random lines raced (issue #100, --search-method racing) for the bundled SmolLM2 on a CPU, what `auto` runs there:
-# 23 pairs of lines over depth (each axis's first and last factor log-uniform in [0.5, 2], Latin-hypercube spread)
-# and the plain model, raced by successive halving on 48 samples drawn from 60 to 300 sentences: 24 on 8, 12 on 16,
-# 6 on 32 and 3 on 48 samples, 432 forwards (28 min in float32 on 2 AVX2 cores, 3.9 s a sample). Greedy accuracy
-# ranks, the margin loss breaks ties. Then uniform.json on an eighth of those forwards, and the choice among the two
-# finalists, the plain model and uniform.json by accuracy on 8 validation samples per position at 120 and 240
-# sentences, every prompt alike (--selection-rule accuracy: the two-standard-error rule kept the plain model against
-# a finalist that gained +10.0 [+4.2, +15.8] on held-out samples, results/racing_smollm2_seed4).
+# 31 pairs of lines over depth (each axis's first and last factor log-uniform in [0.5, 2], Latin-hypercube spread)
+# and the plain model, raced by successive halving on 48 prompts drawn from 60 to 300 sentences, each asked about
+# all 8 of its needles from one forward of their shared text (--every-item): 32 on 8, 16 on 16, 8 on 32 and 4 on 48
+# prompts, 576 forwards; a prompt's score is the share of its questions right, the margin loss breaks ties. The
+# race's winner is the curve (no validation stage). Then uniform.json on an eighth of the race's forwards, scored
+# with the fitness of the profile's two conditions (120 and 240 sentences, the same samples for every seed).
+# Measured: 26 and 29 min (seeds 4 and 5) on a 2-core AMX Xeon in bfloat16 (results/every_item_smollm2_seed*).
 PROFILES["racing-smollm2"] = {
     **{k: v for k, v in PROFILES["gradient-smollm2"].items()
        if k not in ("lr", "gradient_samples", "gradient_forwards", "family")},

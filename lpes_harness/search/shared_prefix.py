@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from lpes_harness.core.models import cache_keyword
 from lpes_harness.search.gradient import TokenSample, _device
 
 
@@ -39,12 +40,15 @@ def group_log_probs(model: nn.Module, samples: Sequence[TokenSample]) -> list[to
 
     device, shared = _device(model), shared_length(samples)
     cache = DynamicCache()
+    keyword = {cache_keyword(model): cache}
     if shared:
-        model(torch.tensor([samples[0].prompt[:shared]], device=device), past_key_values=cache, use_cache=True)
+        # One position's logits, not the shared text's thousands: the vocabulary projection is a fifth of
+        # SmolLM2's weights, and nothing reads the prefix's logits.
+        model(torch.tensor([samples[0].prompt[:shared]], device=device), use_cache=True, logits_to_keep=1, **keyword)
     out = []
     for sample in samples:
         own = torch.tensor([sample.prompt[shared:] + sample.answer], device=device)
-        logits = model(own, past_key_values=cache, use_cache=True, logits_to_keep=len(sample.answer) + 1).logits[0, :-1]
+        logits = model(own, use_cache=True, logits_to_keep=len(sample.answer) + 1, **keyword).logits[0, :-1]
         out.append(torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1))
         # A negative count: the tokens to drop, as both transformers 4.x's and 5.x's DynamicCache.crop read it.
         cache.crop(shared - cache.get_seq_length())

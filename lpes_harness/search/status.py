@@ -110,10 +110,14 @@ def _racing_line(folder: Path, record: dict, result: dict | None) -> tuple[str, 
     done = budget_stop or (result is not None) or len(scores) >= planned
     state = "done, stopped by its time budget" if budget_stop else "done" if done else "under way"
     # The race's own order: more right, then the lower mean loss, then the lower index.
-    leader = min((h for h in history if h["info"]["samples"] == most),
-                 key=lambda h: (-h["info"]["right"], h["info"]["loss"], h["index"]))
-    return (f"{state}, {len(scores)} of {planned} forwards, {len(by_candidate)} candidates scored; leading on "
-            f"{most} samples: candidate {leader['index']} ({leader['info']['right']} right)"), history, done
+    front = sorted((h for h in history if h["info"]["samples"] == most),
+                   key=lambda h: (-h["info"]["right"], h["info"]["loss"], h["index"]))
+    # A score is a prompt's share of its questions right (one question, or every item with --every-item), so the
+    # mean over samples reads as accuracy; their sum (what the race ranks by) only counts on equal samples.
+    standings = ", ".join(f"{h['index']} {h['fitness']:.3f}" for h in front[:4])
+    return (f"{state}, {len(scores)} of {planned} forwards, {len(by_candidate)} candidates scored; on {most} "
+            f"samples (mean share of questions right): {standings}"
+            + (f" and {len(front) - 4} more" if len(front) > 4 else "")), history, done
 
 
 def _planned_race(settings: dict) -> int:
@@ -347,7 +351,7 @@ def run_status(folder: Path) -> list[str]:
             raise ValueError(f"no run in {folder} (no {RUN_RECORD}, no checkpoint.json)")
     model = record.get("model") or {}
     search = record.get("search") or {}
-    lines = [f"run {folder}: profile {record.get('profile', '?')}, GA seed {search.get('seed', '?')}, "
+    lines = [f"run {folder}: profile {record.get('profile', '?')}, seed {search.get('seed', '?')}, "
              f"{model.get('pretrained', '?')} in {model.get('dtype', '?')}, started {record.get('started', '?')}"]
     if model.get("machine"):
         lines.append(f"  made on: {model['machine']}")
