@@ -122,6 +122,7 @@ def test_the_board_has_a_row_a_method_and_its_files(compared):
     assert all(row["n"] == 2 * 2 * 5 for row in board["rows"])  # 2 samples x 5 positions x 2 conditions
     assert all(row["latency"] > 0 for row in board["rows"])
     assert "lpes-compare --pretrained" in (output / "leaderboard.md").read_text()
+    assert "- 20 paired samples a row: no difference from vanilla under 30 points" in (output / "leaderboard.md").read_text()
     assert "written:" in stdout
 
 
@@ -159,6 +160,8 @@ def test_estimate_writes_nothing(checkpoint, tmp_path):
     done = compare(checkpoint, tmp_path / "est", "--estimate")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tuning:" in done.stdout and "forwards for each of 4 methods" in done.stdout
+    # 2 samples x 5 positions x 2 conditions: 6 gained of 20 is the least an exact McNemar finds at p < 0.05
+    assert "20 paired samples a row: no difference from vanilla under 30 points can reach p < 0.05" in done.stdout
     assert not (tmp_path / "est").exists()
 
 

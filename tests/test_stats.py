@@ -12,6 +12,7 @@ from lpes_harness.evaluation.stats import (
     geometric_mean_score,
     mcnemar_exact,
     mean_score,
+    smallest_significant_gain,
     wilson_interval,
 )
 
@@ -30,6 +31,14 @@ def test_exact_mcnemar_is_the_two_sided_binomial_tail():
     assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
     assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
     assert mcnemar_exact(30, 0) == pytest.approx(2 / 2**30)
+
+
+def test_the_smallest_significant_gain_is_six_gained_none_lost():
+    # 2 / 2^5 = 0.0625 is not below 0.05, 2 / 2^6 = 0.03125 is: 6 gained of 25 paired is the least that can show
+    assert smallest_significant_gain(25) == pytest.approx(6 / 25)
+    assert smallest_significant_gain(300) == pytest.approx(6 / 300)
+    assert smallest_significant_gain(5) is None
+    assert smallest_significant_gain(100, alpha=1e-4) == pytest.approx(15 / 100)  # 2 / 2^15 = 6.1e-5; 2 / 2^14 = 1.2e-4
 
 
 def test_compare_paired_counts_only_discordant_samples():

@@ -154,7 +154,7 @@ def main(argv=None) -> None:
 def run(parser, args, settings, lm, journal, launched: float) -> None:
     from lpes_harness.core.models import machine_description
     from lpes_harness.evaluation.compare_board import build_board, write_board
-    from lpes_harness.search.compare_run import Compare, board_rows, describe_plan
+    from lpes_harness.search.compare_run import Compare, board_rows, describe_plan, resolution
 
     compare = Compare(settings, lm, journal or {})
     try:
@@ -179,6 +179,7 @@ def run(parser, args, settings, lm, journal, launched: float) -> None:
                  f"(successive halving over its settings); held-out: {plan['heldout_samples']} samples per gold "
                  f"position per condition ({', '.join(c.name for c in settings.conditions)}), seed of the task's "
                  f"split as given. Latency: one prefill forward of a {latency['tokens']}-token held-out prompt.")
+    notes.append(resolution(plan["heldout_samples"] * plan["blocks"]) + ".")
     title = f"lpes-compare: {settings.pretrained or 'smollm2 (the bundled SmolLM2-135M-Instruct)'} on {settings.task}"
     board = build_board(board_rows(compare, heldout, latency), title=title, command=settings.command,
                         machine=f"{machine_description(str(lm.device))}, {settings.dtype}", notes=notes)

@@ -50,6 +50,16 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
+def smallest_significant_gain(paired: int, alpha: float = 0.05) -> float | None:
+    """The smallest difference (a share of ``paired`` samples) that :func:`mcnemar_exact` can find at p < ``alpha``:
+    every changed sample gained, none lost. None when no difference on ``paired`` samples can (fewer than 6 at
+    0.05). A table too small to show the gain a method could have says so before anyone reads a ranking from it."""
+    for gained in range(1, paired + 1):
+        if mcnemar_exact(gained, 0) < alpha:
+            return gained / paired
+    return None
+
+
 def _as_binary(values: Sequence[float], name: str) -> list[int]:
     out = []
     for value in values:

@@ -355,6 +355,17 @@ def board_rows(compare: Compare, heldout: dict, latency: dict) -> list[dict]:
     return out
 
 
+def resolution(paired: int) -> str:
+    """What a row's ``paired`` held-out samples can show against vanilla (exact McNemar, p < 0.05)."""
+    from lpes_harness.evaluation.stats import smallest_significant_gain
+
+    least = smallest_significant_gain(paired)
+    if least is None:
+        return f"{paired} paired samples a row: no difference from vanilla can reach p < 0.05; give a larger --budget"
+    return (f"{paired} paired samples a row: no difference from vanilla under {100 * least:.0f} points can reach "
+            f"p < 0.05" + ("; a larger --budget, or fewer --methods, resolves more" if least > 0.1 else ""))
+
+
 def describe_plan(plan: dict, methods: Sequence[str]) -> list[str]:
     """The plan in a few lines, for the start of a run and ``--estimate``."""
     from lpes_harness.search.timing import duration
@@ -372,5 +383,6 @@ def describe_plan(plan: dict, methods: Sequence[str]) -> list[str]:
         lines.append(f"stacks: the LPES winner under the winner of {', '.join(stacks)} (held-out forwards only)")
     lines.append(f"held-out: {plan['heldout_samples']} samples per position per condition, "
                  f"{len(plan['races']) + 1 + len(stacks)} rows; about {duration(plan['estimate_seconds'])} in all")
+    lines.append(f"  {resolution(plan['heldout_samples'] * plan['blocks'])}")
     lines += [f"not run: {m}: {why}" for m, why in plan["skipped"].items()]
     return lines
