@@ -181,7 +181,8 @@ PROFILES["gradient-smollm2"] = {
 # prompts, 576 forwards; a prompt's score is the share of its questions right, the margin loss breaks ties. The
 # race's winner is the curve (no validation stage). Then uniform.json on an eighth of the race's forwards, scored
 # with the fitness of the profile's two conditions (120 and 240 sentences, the same samples for every seed).
-# Measured: 26 and 29 min (seeds 4 and 5) on a 2-core AMX Xeon in bfloat16 (results/every_item_smollm2_seed*).
+# Measured in bfloat16 on 2 cores: 26 and 29 min (seeds 4, 5) with AMX, 36 and 41 min (seeds 4, 6) with avx512_bf16
+# and no AMX (results/every_item_smollm2_seed*).
 PROFILES["racing-smollm2"] = {
     **{k: v for k, v in PROFILES["gradient-smollm2"].items()
        if k not in ("lr", "gradient_samples", "gradient_forwards", "family")},
