@@ -12,7 +12,7 @@ from lpes_harness.search.gradient import TokenSample, answer_log_probs
 from lpes_harness.search.shared_prefix import group_log_probs, shared_length
 from lpes_harness.tasks.position import build_examples, build_docs, item_docs, resolve_options, resolve_task
 from test_search_gradient import SMALL_NEEDLES, chars, chat_checkpoint, load_lm  # noqa: F401 (a fixture)
-from tiny_models import random_ids, tiny_model
+from tiny_models import random_ids, tiny_gemma3, tiny_model
 
 L = 4
 
@@ -56,6 +56,22 @@ def test_one_forward_of_the_shared_text_gives_each_questions_own_forward(scaling
         backwards = group_log_probs(model, samples[::-1])[::-1]
     for t, b in zip(together, backwards):
         torch.testing.assert_close(t, b, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("factors", [None, [1.0, 1.6, 1.0, 2.1, 3.0, 2.0, 4.5, 1.5]])
+def test_a_model_with_sliding_window_layers_scores_the_shared_text_once_as_each_question_alone(factors):
+    # Gemma-3's sliding layers see 8 tokens back here and the shared text is 30: a cache that let them see the
+    # whole text, or cut back the wrong keys, would score the questions otherwise than their own forwards.
+    model = tiny_gemma3().eval()
+    if factors is not None:  # base factors on every layer, position factors on the global ones (1 elsewhere)
+        rope.install(model, factors, "both")
+    samples = group()
+    assert len(samples[0].prompt) > 3 * model.config.sliding_window
+    with torch.no_grad():
+        together = group_log_probs(model, samples)
+        alone = [answer_log_probs(model, s) for s in samples]
+    for t, a in zip(together, alone):
+        torch.testing.assert_close(t, a, rtol=0, atol=2e-5)
 
 
 def multi_needle_example(percent=50, num_needles=4, num_sentences=6):

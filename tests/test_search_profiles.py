@@ -60,10 +60,11 @@ def test_every_cpu_profile_is_a_valid_search():
     from lpes_harness.search.validate import check_search_args
 
     for name in ("cpu", "cpu-bf16", "gemma3-cpu", "gemma3-base-cpu", "robust-smollm2", "robust-smollm2-gpu",
-                 "robust-gemma3"):
+                 "robust-gemma3", "racing-gemma3"):
         args = parse_args(["--device", "cpu", "--profile", name])
         check_search_args(args)
-        assert args.population == args.parents + args.mutants + args.crossovers, name
+        if args.search_method == "ga":
+            assert args.population == args.parents + args.mutants + args.crossovers, name
 
 
 def test_the_paper_profile_keeps_the_papers_settings():
@@ -150,18 +151,20 @@ def test_the_heldout_table_scales_with_the_search_unless_set(tmp_path, native_bf
 
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "Gemma-3-270M", "gemma3"])
-def test_auto_gives_gemma3_its_robust_search(native_bf16, name):
+def test_auto_gives_gemma3_its_race(native_bf16, name):
     # At multi_needle's default haystack Gemma-3-270M scores 1.00 everywhere: nothing to search for;
-    # at 240 and 480 sentences it shows the bias. Position scales could not remove it; a larger RoPE
-    # base did: every layer, base factors.
+    # at 240 and 480 sentences it shows the bias. A larger RoPE base on every layer removed it at 240, position
+    # factors on the global layers helped at 480: the race draws both, the sliding layers' positions held.
     args = parse_args(["--device", "cpu", "--pretrained", name])
-    assert args.profile == "robust-gemma3"
-    assert args.task == "multi_needle" and args.metadata == {"num_sentences": 240}
-    assert [c.metadata["num_sentences"] for c in args.conditions] == [240, 480]
-    assert args.scaling == "base" and args.layer_type is None and args.sweep == "1,2,4"
-    assert args.validation_samples > 0 and args.uniform_tuning
+    assert args.profile == "racing-gemma3" and args.search_method == "racing" and args.every_item
+    assert args.task == "multi_needle" and args.draw_range == (240, 480)
+    assert [c.metadata["num_sentences"] for c in args.conditions] == [240, 480]  # uniform.json's fitness
+    assert args.scaling == "both" and args.position_layer_type == "full_attention" and args.layer_type is None
+    assert (args.y_min, args.y_max, args.base_y_min, args.base_y_max) == (1.0, 3.0, 1.0, 8.0)
+    assert args.validation_samples == 0 and args.uniform_tuning
     assert parse_args(["--device", "cpu", "--pretrained", name, "--profile", "gemma3-cpu"]).scaling == "position"
-    assert parse_args(["--device", "cuda", "--pretrained", name]).profile == "robust-gemma3"  # on a GPU too
+    assert parse_args(["--device", "cpu", "--pretrained", name, "--profile", "robust-gemma3"]).scaling == "base"
+    assert parse_args(["--device", "cuda", "--pretrained", name]).profile == "racing-gemma3"  # on a GPU too
     assert parse_args(["--device", "cpu"]).profile == "racing-smollm2"  # SmolLM2 has its own
 
 

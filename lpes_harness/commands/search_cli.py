@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON (or YAML) file of settings; its keys are the long flag names")
     p.add_argument("--profile", default="auto", choices=["auto", *PROFILES],
                    help="default settings: " + ", ".join(PROFILES) + ", or auto (racing-smollm2 for the bundled "
-                        "SmolLM2 on a CPU, robust-smollm2-gpu on a GPU, robust-gemma3 for gemma3-270m; for other models gpu on a GPU, cpu-bf16 on a CPU "
+                        "SmolLM2 on a CPU, robust-smollm2-gpu on a GPU, racing-gemma3 for gemma3-270m; for other models gpu on a GPU, cpu-bf16 on a CPU "
                         "where bfloat16 is native and faster than float32, else cpu); see below")
     model = p.add_argument_group("model")
     flags.add_pretrained(model)

@@ -193,6 +193,24 @@ PROFILES["racing-smollm2"] = {
     "uniform_share": 0.125, "validation_samples": 0,
 }  # fmt: skip
 
+# The race for Gemma-3-270M, what `auto` runs for it (issue #100): its bias sits at 240 sentences (~2.3k tokens, a
+# U-curve) and 480 (~4.6k), where base scaling alone gains at 240 and nothing at 480, and position factors on the
+# three global layers gain at 480 (results/robust_gemma3_heldout); one point holding both, base 4.5 everywhere
+# with the global layers' position factors, gained at each length (results/gemma3_both_probe). So the race draws a
+# position line on the global layers (the sliding ones stay at 1: scaling them breaks Gemma) and a base line on
+# every layer, each end in [1, 3] and [1, 8] (below 1 nothing helped), on 24 prompts drawn from 240 to 480
+# sentences, every needle asked (24 on 4, 12 on 8, 6 on 16, 3 on 24 prompts: 216 forwards); uniform.json on an
+# eighth of them. A prompt is ~4x a SmolLM2 one: --estimate said 36 min in bfloat16 on 2 cores with avx512_bf16
+# and no AMX (float32 49 min).
+PROFILES["racing-gemma3"] = {
+    **{k: v for k, v in PROFILES["robust-gemma3"].items() if k not in ("y_min", "y_max", "y_step", "my", "sweep")},
+    "search_method": "racing", "scaling": "both", "position_layer_type": "full_attention",
+    "y_min": 1.0, "y_max": 3.0, "y_step": 0.1, "base_y_min": 1.0, "base_y_max": 8.0, "base_y_step": 0.25,
+    "sweep": "none", "base_sweep": "none", "draw_sentences": "240:480",
+    "racing_draws": 23, "racing_samples": 24, "racing_first": 4, "every_item": True,
+    "uniform_share": 0.125, "validation_samples": 0, "heldout_samples": 0,
+}  # fmt: skip
+
 # The flag default of --num-samples (the paper's), for profiles that do not set it.
 PAPER_NUM_SAMPLES = 200
 
@@ -247,8 +265,13 @@ profiles (--profile; the command line and --config override a profile's values):
          sentences, each asked about all of its 8 needles from one forward of its text
          (--every-item; 576 forwards); the race's winner is the curve; uniform.json on an
          eighth of its forwards (under an hour on 2 cores; --estimate says for this machine)
+  racing-gemma3  the race for Gemma-3-270M, what auto runs for it: a position line on its 3
+         global layers (ends in [1, 3]; the sliding layers stay at 1) and a base line on
+         every layer (ends in [1, 8]), 23 pairs and the plain model on 24 prompts drawn
+         from 240 to 480 sentences, every needle asked (216 forwards); uniform.json on an
+         eighth of them (--estimate: 36 min in bfloat16 on 2 cores without AMX)
   auto   (default) racing-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
-         GPU, and robust-gemma3 for --pretrained gemma3-270m (on any device); for other
+         GPU, and racing-gemma3 for --pretrained gemma3-270m (on any device); for other
          models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16
          (auto does where it is native), else cpu
 
@@ -279,23 +302,23 @@ def profile_heldout_samples(profile: str, num_samples) -> int:
 
 
 def auto_profile(device, dtype, pretrained=None) -> str:
-    """The robust profiles for the two packaged models (one curve over the range of inputs their tables
-    measure: issue #44), the race of lines for the bundled SmolLM2 on a CPU (issue #100: under an hour on
-    2 cores, where robust-smollm2 took 3.3-6.9 hours and its curve lost 6.6 points at 180 sentences); for
-    any other model gpu on a GPU, and on a CPU cpu-bf16 where the search will run in bfloat16, else cpu.
+    """One curve over the range of inputs the packaged models' tables measure (issue #44): the race of lines for
+    the bundled SmolLM2 on a CPU (issue #100: under an hour on 2 cores, where robust-smollm2 took 3.3-6.9 hours
+    and its curve lost 6.6 points at 180 sentences) and for Gemma-3-270M anywhere; for any other model gpu on a
+    GPU, and on a CPU cpu-bf16 where the search will run in bfloat16, else cpu.
 
     Gemma-3-270M needs its own task size (at multi_needle's default it has no position bias to
-    remove, so the gpu profile would search for nothing) and base scaling; the profile's sizes fit
-    a 2-core CPU and take 2.5 min on one H200. The bundled SmolLM2's GPU profile is its CPU one at
-    about 4x the forwards (a fourth condition, twice the samples): its curves held at 120 and 180
-    sentences, where the CPU profile's lost (results/robust_smollm2_gpu_heldout); 6 min a seed on an
-    H200, hours on 2 cores. The two SmolLM2 single-setting CPU profiles differ only in size:
+    remove, so the gpu profile would search for nothing), base scaling on every layer and position
+    scaling on its global ones (robust-gemma3, base only, gained nothing at 480 sentences). The bundled
+    SmolLM2's GPU profile is its CPU one at about 4x the forwards (a fourth condition, twice the samples):
+    its curves held at 120 and 180 sentences, where the CPU profile's lost
+    (results/robust_smollm2_gpu_heldout); 6 min a seed on an H200, hours on 2 cores. The two SmolLM2 single-setting CPU profiles differ only in size:
     bfloat16 is ~2.8x faster than float32 where the CPU runs it natively, so the same hour holds a
     larger search there.
     """
     packaged = packaged_model(pretrained)
     if packaged is PACKAGED_MODELS["gemma3-270m"]:
-        return "robust-gemma3"
+        return "racing-gemma3"
     if packaged is PACKAGED_MODELS["smollm2"]:
         return "racing-smollm2" if runs_on_cpu(device) else "robust-smollm2-gpu"
     if not runs_on_cpu(device):
