@@ -200,8 +200,8 @@ PROFILES["racing-smollm2"] = {
 # position line on the global layers (the sliding ones stay at 1: scaling them breaks Gemma) and a base line on
 # every layer, each end in [1, 3] and [1, 8] (below 1 nothing helped), on 24 prompts drawn from 240 to 480
 # sentences, every needle asked (24 on 4, 12 on 8, 6 on 16, 3 on 24 prompts: 216 forwards); uniform.json on an
-# eighth of them. A prompt is ~4x a SmolLM2 one: --estimate said 36 min in bfloat16 on 2 cores with avx512_bf16
-# and no AMX (float32 49 min).
+# eighth of them. A prompt is ~4x a SmolLM2 one: 48 min 35 s in bfloat16 on 2 cores with avx512_bf16 and no AMX
+# (results/gemma3_default; --estimate said 37). Its uniform.json budget (27 forwards) holds one uniform point (60).
 PROFILES["racing-gemma3"] = {
     **{k: v for k, v in PROFILES["robust-gemma3"].items() if k not in ("y_min", "y_max", "y_step", "my", "sweep")},
     "search_method": "racing", "scaling": "both", "position_layer_type": "full_attention",
@@ -269,7 +269,7 @@ profiles (--profile; the command line and --config override a profile's values):
          global layers (ends in [1, 3]; the sliding layers stay at 1) and a base line on
          every layer (ends in [1, 8]), 23 pairs and the plain model on 24 prompts drawn
          from 240 to 480 sentences, every needle asked (216 forwards); uniform.json on an
-         eighth of them (--estimate: 36 min in bfloat16 on 2 cores without AMX)
+         eighth of them (49 min in bfloat16 on 2 cores without AMX)
   auto   (default) racing-smollm2 for the bundled SmolLM2 on a CPU, robust-smollm2-gpu on a
          GPU, and racing-gemma3 for --pretrained gemma3-270m (on any device); for other
          models gpu on a GPU, and on a CPU cpu-bf16 when --dtype resolves to bfloat16
