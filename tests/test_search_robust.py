@@ -240,7 +240,7 @@ def test_status_with_a_flag_that_writes_is_refused_for_the_flags_before_the_fold
     assert not (tmp_path / "none").exists()
 
 
-def test_auto_picks_the_race_for_smollm2_on_a_cpu_and_the_robust_profile_for_gemma():
+def test_auto_picks_the_race_for_smollm2_on_a_cpu_and_for_gemma3():
     smollm2 = parse_args([])
     assert smollm2.profile == "racing-smollm2" and smollm2.search_method == "racing"
     assert smollm2.scaling == "both" and smollm2.draw_range == (60, 300)

@@ -312,9 +312,9 @@ def auto_profile(device, dtype, pretrained=None) -> str:
     scaling on its global ones (robust-gemma3, base only, gained nothing at 480 sentences). The bundled
     SmolLM2's GPU profile is its CPU one at about 4x the forwards (a fourth condition, twice the samples):
     its curves held at 120 and 180 sentences, where the CPU profile's lost
-    (results/robust_smollm2_gpu_heldout); 6 min a seed on an H200, hours on 2 cores. The two SmolLM2 single-setting CPU profiles differ only in size:
-    bfloat16 is ~2.8x faster than float32 where the CPU runs it natively, so the same hour holds a
-    larger search there.
+    (results/robust_smollm2_gpu_heldout); 6 min a seed on an H200, hours on 2 cores. The two SmolLM2
+    single-setting CPU profiles differ only in size: bfloat16 is ~2.8x faster than float32 where the
+    CPU runs it natively, so the same hour holds a larger search there.
     """
     packaged = packaged_model(pretrained)
     if packaged is PACKAGED_MODELS["gemma3-270m"]:
