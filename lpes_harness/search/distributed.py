@@ -88,6 +88,7 @@ def serve(fitness: LMEvalFitness, context: Context) -> None:
     while True:
         message = _broadcast(None)
         if message == _STOP:
+            _leave()
             return
         scales, threshold = message
         LMEvalFitness.__call__(fitness, scales, threshold)
@@ -96,3 +97,15 @@ def serve(fitness: LMEvalFitness, context: Context) -> None:
 def release(context: Context) -> None:
     if context.world > 1 and context.is_main:
         _broadcast(_STOP)
+        _leave()
+
+
+def _leave() -> None:
+    """Every rank leaves the process group together, once the last evaluation is over. A gloo group left for
+    the interpreter's exit to tear down while a peer may still be mid-broadcast can abort a rank at exit
+    ("terminate called without an active exception": the flaky two-process test of tests/test_search_cli.py)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
