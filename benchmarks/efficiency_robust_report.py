@@ -125,9 +125,10 @@ def format_report(cells: list[dict], rows: list[dict], settings: dict) -> str:
         lines.append(f"| {row['method']} | {row['budget']} | {', '.join(map(str, row['seeds']))} | "
                      f"{points(row['mean_pooled_gain'])} | {worst['condition']} {points(worst['difference'])} "
                      f"(p = {format_p(worst['p'])}) | {against} |")
-    lines += ["", "Last column: each method's accuracy per sample averaged over its seeds, minus the race's over its seeds, on "
-              "the same samples (all conditions pooled): paired bootstrap interval, paired permutation p "
-              "(`lpes_harness.evaluation.stats.compare_paired_resampled`, 10,000 resamples, seed 0).", "", "Methods:", *[f"- `{key}`: {text}" for key, text in METHOD_NAMES.items()]]
+    lines += ["", "Last column: each method's accuracy per sample averaged over its seeds, minus the race's over its "
+              "seeds, on the same samples (all conditions pooled): paired bootstrap interval, paired permutation p "
+              "(`lpes_harness.evaluation.stats.compare_paired_resampled`, 10,000 resamples, seed 0).", "",
+              "Methods:", *[f"- `{key}`: {text}" for key, text in METHOD_NAMES.items()]]
     return "\n".join(lines)
 
 
