@@ -119,6 +119,19 @@ def test_two_accelerate_processes_give_the_single_process_result(single_run, che
     assert [r["fitness"] for r in history(output)] == [r["fitness"] for r in history(single_run[0])]
 
 
+def test_two_processes_tune_the_uniform_factor_after_the_search_alone(checkpoint, tmp_path):
+    # After the GA the other rank has left; rank 0 scores the uniform factors on every sample by itself
+    output = tmp_path / "two_procs_uniform"
+    launch = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([*launch, GA, *ga_args(checkpoint, output, generations=1), "--uniform-tuning"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tuning = [json.loads(line) for line in (output / "uniform_tuning.jsonl").read_text().splitlines()]
+    assert tuning and (output / "uniform.json").is_file()
+
+
 def test_resume_with_other_settings_fails_and_changes_no_file(single_run, checkpoint, tmp_path):
     import shutil
 

@@ -72,7 +72,7 @@ def _gather(indices, mine, local_scores):
 
 class DistributedFitness(LMEvalFitness):
     def __call__(self, scales, threshold: float | None = None):
-        if self.rank == 0:
+        if self.rank == 0 and self.world > 1:  # world is 1 once release() let the other ranks go
             _broadcast((list(scales), threshold))
         return super().__call__(scales, threshold)
 
@@ -94,10 +94,14 @@ def serve(fitness: LMEvalFitness, context: Context) -> None:
         LMEvalFitness.__call__(fitness, scales, threshold)
 
 
-def release(context: Context) -> None:
+def release(context: Context, fitness: LMEvalFitness | None = None) -> None:
+    """Rank 0, after the search: the other ranks stop serving and exit. What rank 0 scores after that (the
+    uniform factors, the validation) it scores alone, on every sample: ``fitness`` is made a one-process one."""
     if context.world > 1 and context.is_main:
         _broadcast(_STOP)
         _leave()
+        if fitness is not None:
+            fitness.rank, fitness.world = 0, 1
 
 
 def _leave() -> None:

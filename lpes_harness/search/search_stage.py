@@ -83,7 +83,7 @@ def search_stage(run: Run, sweep: Swept | None) -> tuple[dict, list[dict]]:
         started = time.perf_counter()
         result = search.run()
     finally:
-        distributed.release(run.context)  # other ranks stop waiting, also when rank 0 fails
+        distributed.release(run.context, run.fitness)  # other ranks stop waiting, also when rank 0 fails
     result["wall_seconds"] = round(time.perf_counter() - started, 1)  # the GA itself
     result["fitness_evaluations"] = run.fitness.evaluations
     if sweep is not None:
