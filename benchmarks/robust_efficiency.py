@@ -152,14 +152,23 @@ def name_curves(cells: list[dict]) -> dict[tuple, str]:
 
 
 def main(argv=None) -> None:
+    from lpes_harness.commands import flags
+    from lpes_harness.core.models import positive_int
+    from lpes_harness.evaluation.conditions import slug
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, default=RESULTS / "robust_efficiency")
-    parser.add_argument("--num-samples", type=int, default=8, help="held-out samples per gold position and condition")
+    parser.add_argument("--num-samples", type=positive_int, default=8,
+                        help="held-out samples per gold position and condition")
     parser.add_argument("--seed", type=int, default=20261208, help="the held-out samples' metadata seed (no search used it)")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", type=flags.dtype, default="bfloat16")
     parser.add_argument("--plan", action="store_true", help="write the cells and curves, score nothing")
     parser.add_argument("--report", action="store_true", help="only the report, from the tables already scored")
     args = parser.parse_args(argv)
+    missing = [name for name in CONDITIONS if not (args.output / slug(name) / "heldout.json").is_file()]
+    if args.report and missing:  # refused before anything is written
+        parser.error(f"--report: {args.output} has no held-out table for {', '.join(missing)}; "
+                     "run without --report to score them")
     from lpes_harness.core.files import atomic_write_json
     from lpes_harness.core.scales_file import write_scales_file
 

@@ -93,3 +93,16 @@ def test_a_cell_names_a_uniform_pair_pi_and_a_curve_by_its_ends():
     assert describe([1.0] * 60) == "the plain model"
     assert describe([1.05] * 30 + [0.9] * 30) == "uniform position 1.05, base 0.9 (PI)"
     assert describe([0.5 + i / 29 for i in range(30)] + [1.0] * 30) == "position 0.50 → 1.50, base 1.00 → 1.00"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-samples", "0"], "--num-samples"),
+    (["--dtype", "float8"], "--dtype"),
+    (["--report"], "has no held-out table for 120 sentences"),
+])  # fmt: skip
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    output = tmp_path / "eff"
+    with pytest.raises(SystemExit):
+        load("robust_efficiency").main([*argv, "--output", str(output)])
+    assert message in capsys.readouterr().err
+    assert not output.exists()
