@@ -7,7 +7,12 @@ import json
 import statistics
 from pathlib import Path
 
-from robust_efficiency import CONDITIONS, METHOD_NAMES  # this folder: on sys.path when run as a script
+METHOD_NAMES = {
+    "ga-cpu": "GA, CPU profile (`robust-smollm2`, the CPU default before the race)",
+    "ga-gpu": "GA, GPU profile (`robust-smollm2-gpu`)",
+    "gradient": "gradient search (`gradient-smollm2`: two lines, Adam on the margin loss)",
+    "race": "race of random lines, every item (`racing-smollm2`, the default)",
+}
 
 
 def row_name(cell: dict, rows) -> str:
@@ -56,25 +61,25 @@ def mean_difference(a: list[float], b: list[float]) -> dict:
     return {key: found[key] for key in ("difference", "difference_interval", "p", "n")}
 
 
-def score_cells(output: Path, cells: list[dict]) -> tuple[list[dict], dict]:
+def score_cells(output: Path, cells: list[dict], conditions: list[str]) -> tuple[list[dict], dict]:
     """Every cell's gain over vanilla per condition and pooled; the per-sample scores of every row, pooled."""
     from lpes_harness.evaluation import pooled
     from lpes_harness.evaluation.conditions import slug
     from lpes_harness.evaluation.stats import compare_paired
 
-    tables = {name: pooled.load_table(output / slug(name)) for name in CONDITIONS}
+    tables = {name: pooled.load_table(output / slug(name)) for name in conditions}
     vanilla = {name: pooled.pooled_scores([table], "vanilla") for name, table in tables.items()}
     every = {}
     for cell in cells:
-        row = cell["table_row"] = row_name(cell, tables[next(iter(CONDITIONS))]["scores"])
+        row = cell["table_row"] = row_name(cell, tables[conditions[0]]["scores"])
         per = {name: pooled.pooled_scores([table], row) for name, table in tables.items()}
-        cell["conditions"] = {name: compare_paired(per[name], vanilla[name]) for name in CONDITIONS}
-        flat = [s for name in CONDITIONS for s in per[name]]
-        cell["pooled"] = compare_paired(flat, [s for name in CONDITIONS for s in vanilla[name]])
-        worst = min(CONDITIONS, key=lambda name: cell["conditions"][name]["difference"])
+        cell["conditions"] = {name: compare_paired(per[name], vanilla[name]) for name in conditions}
+        flat = [s for name in conditions for s in per[name]]
+        cell["pooled"] = compare_paired(flat, [s for name in conditions for s in vanilla[name]])
+        worst = min(conditions, key=lambda name: cell["conditions"][name]["difference"])
         cell["worst"] = {"condition": worst, **cell["conditions"][worst]}
         every[row] = flat
-    every["vanilla"] = [s for name in CONDITIONS for s in vanilla[name]]
+    every["vanilla"] = [s for name in conditions for s in vanilla[name]]
     return cells, every
 
 
@@ -104,7 +109,7 @@ def summary(cells: list[dict], every: dict) -> list[dict]:
 def format_report(cells: list[dict], rows: list[dict], settings: dict) -> str:
     from lpes_harness.evaluation.stats import format_p
 
-    names = list(CONDITIONS)
+    names = list(settings["conditions"])
     lines = [f"# Robust efficiency: held-out gain over vanilla per condition, {settings['num_samples']} samples per "
              f"gold position and condition (metadata seed {settings['seed']}, {settings['dtype']})", "",
              "| method | budget | seed | forwards used | curve | " + " | ".join(names) + " | pooled | worst |",
@@ -132,7 +137,7 @@ def format_report(cells: list[dict], rows: list[dict], settings: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(cells: list[dict], path: Path) -> None:
+def plot(cells: list[dict], conditions: list[str], path: Path) -> None:
     """Pooled held-out gain against forwards used: one colour per method, seeds as points, each with its
     interval; the worst condition as a hollow marker below it."""
     import matplotlib
@@ -157,7 +162,7 @@ def plot(cells: list[dict], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("search forwards used (log; a backward counts two)")
     ax.set_ylabel("held-out gain over vanilla, points")
-    ax.set_title(f"pooled over {', '.join(CONDITIONS)} (dots, 95 % interval);\n"
+    ax.set_title(f"pooled over {', '.join(conditions)} (dots, 95 % interval);\n"
                  "worst condition (hollow triangles); star: the GPU seed 1 curve as chosen", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -168,7 +173,7 @@ def plot(cells: list[dict], path: Path) -> None:
 def write_report(output: Path, cells: list[dict], settings: dict) -> None:
     from lpes_harness.core.files import atomic_write_json, atomic_write_text
 
-    cells, every = score_cells(output, cells)
+    cells, every = score_cells(output, cells, list(settings["conditions"]))
     rows = summary(cells, every)
     text = format_report(cells, rows, settings)
     print(text)
@@ -176,4 +181,4 @@ def write_report(output: Path, cells: list[dict], settings: dict) -> None:
     record = {"settings": settings, "cells": [{k: v for k, v in c.items() if k != "scales"} for c in cells],
               "summary": rows}
     atomic_write_json(output / "efficiency.json", record, indent=1)
-    plot(cells, output / "efficiency.png")
+    plot(cells, list(settings["conditions"]), output / "efficiency.png")

@@ -40,12 +40,6 @@ RUNS = [
     *[("gradient", seed, f"gradient_smollm2_seed{seed}", "gradient") for seed in (4, 5, 6)],
     *[("race", seed, f"every_item_smollm2_seed{seed}", "race") for seed in (4, 5, 6)],
 ]
-METHOD_NAMES = {
-    "ga-cpu": "GA, CPU profile (`robust-smollm2`, the CPU default before the race)",
-    "ga-gpu": "GA, GPU profile (`robust-smollm2-gpu`)",
-    "gradient": "gradient search (`gradient-smollm2`: two lines, Adam on the margin loss)",
-    "race": "race of random lines, every item (`racing-smollm2`, the default)",
-}
 # The race's budget (the default's search) and the issue's largest; 1,000 moved one GA seed only (seed 2, #3 -> #6)
 BUDGETS = (576, 1500)
 # The row to beat (issue #100): the GPU profile's seed 1 as the user got it (validation-chosen, 6,984 search forwards)
@@ -140,9 +134,7 @@ def name_curves(cells: list[dict]) -> dict[tuple, str]:
     """One row name per distinct curve (the first cell that holds it names it); the plain model is vanilla."""
     names = {curve_key([1.0] * 2 * LAYERS): "vanilla"}
     for cell in cells:
-        key = curve_key(cell["scales"])
-        if len(key) == LAYERS:  # a position-only file: the base factors are 1
-            key = curve_key(list(key) + [1.0] * LAYERS)
+        key = curve_key(cell["scales"])  # every run here searched both scalings: 2L factors
         # the CPU and GPU GA profiles of one seed draw the same first mutants: a curve is named for its search's
         # kind, seed and label, not its profile
         label = cell["label"].replace("LPES ", "").replace(" ", "").replace("#", "i")

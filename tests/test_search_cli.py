@@ -105,15 +105,20 @@ def test_resume_after_sigkill_reaches_the_same_result(single_run, checkpoint, tm
     assert evaluated_after_resume <= evaluated_in_total - (finished - 1)
 
 
-def test_two_accelerate_processes_give_the_single_process_result(single_run, checkpoint, tmp_path):
-    output = tmp_path / "two_procs"
+def two_processes(args):
+    """``searches/ga.py ARGS`` as two ranks under ``accelerate launch``, offline.
+
+    Two CPU ranks on gloo, also on a machine with a GPU: with a GPU visible, accelerate would
+    start two NCCL ranks on it, which NCCL refuses on a single device ("invalid usage")."""
     launch = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    # Two CPU ranks on gloo, also on a machine with a GPU: with a GPU visible, accelerate would
-    # start two NCCL ranks on it, which NCCL refuses on a single device ("invalid usage").
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([*launch, GA, *ga_args(checkpoint, output)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return subprocess.run([*launch, GA, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_two_accelerate_processes_give_the_single_process_result(single_run, checkpoint, tmp_path):
+    output = tmp_path / "two_procs"
+    done = two_processes(ga_args(checkpoint, output))
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((output / "config.json").read_text())["processes"] == 2
     assert [r["fitness"] for r in history(output)] == [r["fitness"] for r in history(single_run[0])]
@@ -122,11 +127,7 @@ def test_two_accelerate_processes_give_the_single_process_result(single_run, che
 def test_two_processes_tune_the_uniform_factor_after_the_search_alone(checkpoint, tmp_path):
     # After the GA the other rank has left; rank 0 scores the uniform factors on every sample by itself
     output = tmp_path / "two_procs_uniform"
-    launch = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([*launch, GA, *ga_args(checkpoint, output, generations=1), "--uniform-tuning"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = two_processes([*ga_args(checkpoint, output, generations=1), "--uniform-tuning"])
     assert done.returncode == 0, done.stderr[-3000:]
     tuning = [json.loads(line) for line in (output / "uniform_tuning.jsonl").read_text().splitlines()]
     assert tuning and (output / "uniform.json").is_file()
