@@ -94,7 +94,7 @@ def compare(checkpoint, output, *extra, env=None):
     command = [sys.executable, "-m", "lpes_harness.commands.compare", "--pretrained", checkpoint, "--task", "needle",
                "--condition", 'six={"num_sentences": 6}', "--condition", 'eight={"num_sentences": 8}',
                "--methods", "lpes,pi,pcd,string", "--budget", "20m", "--tuning-forwards", "60", "--heldout-samples", "2", "--lpes-draws", "4",
-               "--dtype", "float32", "--threads", "1", "--stacks", "--output", str(output), *extra]
+               "--dtype", "float32", "--threads", "1", "--stacks", "--authors-defaults", "pcd,string", "--output", str(output), *extra]
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **(env or {}))
     return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
 
@@ -116,7 +116,7 @@ def test_the_board_has_a_row_a_method_and_its_files(compared):
     board = json.loads((output / "leaderboard.json").read_text())
     names = {row["name"] for row in board["rows"]}
     assert names == {"vanilla", "LPES lines", "PI tuned", "PCD tuned", "STRING tuned", "LPES lines + PCD tuned",
-                     "LPES lines + STRING tuned"}
+                     "LPES lines + STRING tuned", "PCD authors' defaults", "STRING authors' defaults"}
     for name in ("leaderboard.md", "positions.png", "gains.png", "compare.json"):
         assert (output / name).is_file()
     assert all(row["n"] == 2 * 2 * 5 for row in board["rows"])  # 2 samples x 5 positions x 2 conditions
@@ -211,6 +211,30 @@ def test_a_grid_setting_the_method_refuses_is_no_candidate():
     assert len(grid_settings("pcd")) == 9  # a grid the method takes whole stays whole
 
 
+def test_lpes_races_the_lines_of_the_models_own_default_race():
+    """Gemma-3-270M's default race moves the position line on its global layers only, in [1, 3], and the base line
+    in [1, 8]: the compare's LPES candidates are that family, not SmolLM2's [0.5, 2] on every layer (which scales
+    Gemma's sliding layers, where its default search never goes)."""
+    from lpes_harness.search.compare_methods import LINE_BOUNDS, line_family, lpes_settings
+    from lpes_harness.search.profiles import PROFILES
+
+    gemma = line_family("gemma3-270m", "cpu", "bfloat16")
+    race = PROFILES["racing-gemma3"]
+    assert gemma.profile == "racing-gemma3" and gemma.position_layer_type == "full_attention"
+    assert gemma.bounds == ((race["y_min"], race["y_max"]), (race["base_y_min"], race["base_y_max"]))
+    types = (["sliding_attention"] * 5 + ["full_attention"]) * 3
+    for setting in lpes_settings(18, 6, 0, gemma, types):
+        position, base = setting.setup.scales[:18], setting.setup.scales[18:]
+        assert all(v == 1.0 for v, kind in zip(position, types) if kind == "sliding_attention")
+        assert all(1.0 <= v <= 3.0 for v, kind in zip(position, types) if kind == "full_attention")
+        assert all(1.0 <= v <= 8.0 for v in base) and "(full_attention layers)" in setting.text
+    # The bundled SmolLM2 on a CPU, and a model with no race of its own: racing-smollm2's lines on every layer.
+    assert line_family(None, "cpu", "bfloat16").bounds == LINE_BOUNDS
+    assert line_family("org/other", "cpu", "float32").bounds == LINE_BOUNDS
+    for setting in lpes_settings(4, 3, 0):
+        assert all(0.5 <= v <= 2.0 for v in setting.setup.scales) and "layers)" not in setting.text
+
+
 def test_a_setting_reads_back_from_the_journal_as_it_was():
     from lpes_harness.search.compare_methods import Setting, lpes_settings, pi_settings, settings_of
 
@@ -233,6 +257,41 @@ def test_a_stack_row_is_the_lpes_winner_under_the_methods_winner_and_counts_both
     # The stack's held-out scores are its own: the cache holds them under a model spec with the curve in it.
     cached = (output / "heldout").rglob("scores.cache.json")
     assert any("lpes_scales=" in path.read_text() for path in cached)
+
+
+def test_an_authors_defaults_row_is_the_method_with_no_parameter_set_and_is_not_tuned(compared):
+    output, stdout = compared
+    journal = json.loads((output / "compare.json").read_text())
+    board = {row["name"]: row for row in json.loads((output / "leaderboard.json").read_text())["rows"]}
+    assert journal["plan"]["authors_defaults"] == ["pcd", "string"]  # LPES and PI have no defaults
+    assert "authors' defaults: pcd, string untuned beside their winners" in stdout
+    for method, label in (("pcd", "PCD"), ("string", "STRING")):
+        row = board[f"{label} authors' defaults"]
+        assert (row["method"], row["label"], row["setting"]) == (method, label, "authors' defaults")
+        assert (row["tuning_forwards"], row["candidates"]) == (0, 0)
+    page = (output / "leaderboard.md").read_text()
+    assert "| PCD authors' defaults | PCD | authors' defaults |" in page and "| not tuned |" in page
+    # Scored as the bare model spec, apart from every tuned setting (which names its parameters).
+    blocks = {key for path in (output / "heldout").rglob("scores.cache.json")
+              for key in json.loads(path.read_text())["blocks"]}
+    assert '"pcd_hf"@0' in blocks and '"string_hf"@0' in blocks
+
+
+@pytest.mark.parametrize("value, message", [("lpes", "lpes is not a method of this run with defaults"),
+                                            ("mspoe", "mspoe is not a method of this run with defaults"),
+                                            (",", "no name is not")])
+def test_authors_defaults_of_a_method_without_defaults_or_not_run_are_refused(checkpoint, tmp_path, value, message):
+    command = [sys.executable, "-m", "lpes_harness.commands.compare", "--pretrained", str(checkpoint), "--task",
+               "needle", "--methods", "lpes,pi,pcd", "--authors-defaults", value, "--output", str(tmp_path / "x")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and message in done.stderr and not (tmp_path / "x").exists()
+
+
+def test_authors_defaults_alone_is_every_method_of_the_run_that_has_them():
+    from lpes_harness.commands.compare import defaulted
+
+    assert defaulted("all", ["lpes", "pi", "pcd", "fitm"]) == ("pcd", "fitm")
+    assert defaulted("fitm,pcd,fitm", ["lpes", "pcd", "fitm"]) == ("fitm", "pcd") and defaulted(None, ["pcd"]) == ()
 
 
 @pytest.mark.parametrize("methods", ["pi,pcd", "lpes,pi"])

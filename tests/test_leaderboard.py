@@ -22,7 +22,7 @@ import pytest
 from lpes_harness.commands.leaderboard import main
 from lpes_harness.evaluation import leaderboard
 from lpes_harness.evaluation.leaderboard import render
-from lpes_harness.evaluation.leaderboard_boards import Board
+from lpes_harness.evaluation.leaderboard_boards import Board, CompareBoard
 from lpes_harness.evaluation.leaderboard_rows import LeaderboardError, read_table
 from lpes_harness.evaluation.stats import accuracy_with_interval, compare_paired, format_p
 from lpes_harness.methods import METHODS
@@ -111,7 +111,7 @@ def paired(tmp_path):
 
 def test_paired_numbers_are_the_stats_modules_to_vanilla_and_to_the_best_lpes_row(paired):
     tmp_path, source = paired
-    page = render([_board([source])], _latency(tmp_path))
+    page = render([_board([source])], _latency(tmp_path), compares=())
     line = _row_line(page, "Buckets tuned")
     to_vanilla = compare_paired(_pooled(BUCKETS), _pooled(VANILLA))
     to_best = compare_paired(_pooled(BUCKETS), _pooled(CURVE))
@@ -147,7 +147,7 @@ def test_kept_records_name_uniform_base_and_layer_type_rows_pi(tmp_path):
     assert rows["PI tuned"].entry.name == "pi"
     assert rows["PI tuned"].setting == "position factor 2.5 on 2 of 4 layers (the others at 1)"
     assert rows["Buckets authors"].setting == "authors' defaults"
-    page = render([_board([source])], _latency(tmp_path))
+    page = render([_board([source])], _latency(tmp_path), compares=())
     assert "1.02x" in _row_line(page, "uniform base 2")  # PI at base scaling is timed as "PI base"
     to_vanilla = compare_paired(_pooled(PI_ROW), _pooled(VANILLA))
     assert _interval(to_vanilla) in _row_line(page, "uniform base 2")
@@ -157,7 +157,7 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
     tmp_path, source = paired
     board = _board([source], needs={"poshidden": "setting=p.json"}, refused={"string": "it refuses tiny models"},
                    searches={"lpes_both": ("search both", "both/scales.json")}, tune_args={"fitm": "--grid G"})
-    page = render([board], _latency(tmp_path))
+    page = render([board], _latency(tmp_path), compares=())
     assert "tune Found in the Middle=fitm_hf -> fitm \\\n      --grid G" in page  # the board's own grid for it
     assert "-> poshidden\n" in page  # and only for it
     assert ("- **Found in the Middle** (`fitm_hf`): not scored on this table. Forwards per token: "
@@ -177,7 +177,7 @@ def test_methods_without_a_row_are_named_with_the_command_or_the_reason(paired):
 def test_the_page_says_where_lpes_is_not_first(tmp_path):
     source = _paired_record(tmp_path, {"vanilla": ([1.0] * 4, VANILLA), "LPES a": ([0.5, 0.7, 1.1, 1.2], PI_ROW),
                                        "Buckets": ("buckets_hf", _scores(0.95, 6))})
-    page = render([_board([source])], _latency(tmp_path))
+    page = render([_board([source])], _latency(tmp_path), compares=())
     behind = compare_paired(_pooled(PI_ROW), _pooled(_scores(0.95, 6)))
     assert "**First: Buckets** (Buckets)" in page and "**LPES is not first here**" in page
     assert f"its best row, LPES a (LPES), is at {_interval(behind)} points from it" in page
@@ -205,7 +205,7 @@ def test_records_that_do_not_pair_are_refused_by_name(tmp_path):
 def test_each_board_reads_its_own_latency_file_or_says_it_has_none(paired):
     tmp_path, source = paired
     _latency(tmp_path)
-    page = render([_board([source], model="Timed"), _board([source], model="Untimed", latency="")], tmp_path)
+    page = render([_board([source], model="Timed"), _board([source], model="Untimed", latency="")], tmp_path, compares=())
     timed, untimed = page.split("## Timed")[1].split("## Untimed")
     assert "Latency ([latency.json](../latency.json)): a test machine; 2 MDQA-shaped prompts of 100-120 tokens" in timed
     assert "Not timed, as it refuses this model: MoICE." in timed
@@ -213,7 +213,7 @@ def test_each_board_reads_its_own_latency_file_or_says_it_has_none(paired):
     assert "no `benchmarks/latency.py` run on this model" in untimed
     assert "| not measured |" in _row_line(untimed, "LPES a") and "| 1.00x |" not in untimed
     with pytest.raises(LeaderboardError, match="latency file '.*none.json' does not exist"):
-        render([_board([source], latency="none.json")], tmp_path)
+        render([_board([source], latency="none.json")], tmp_path, compares=())
 
 
 def test_latency_is_read_from_what_latency_py_writes_now(tmp_path):
@@ -243,12 +243,43 @@ def test_a_row_timed_at_its_own_setting_gets_that_ratio_and_not_its_methods_defa
                                                        "settings": settings}))
     latency = leaderboard.read_latency(tmp_path / "latency.json")
     assert latency.ratios == {"vanilla": 1.0, "Found in the Middle": 10.7}  # a setting is not its method's default
-    page = render([_board([source], latency_command="time them")], tmp_path)
+    page = render([_board([source], latency_command="time them")], tmp_path, compares=())
     assert "| 2.13x |" in _row_line(page, "FitM one copy")
     # and the command that would time the other at its own setting, beside every method again
     assert 'time them \\\n    --setting "fitm:spans_per_copy=5,temperature=5e-05,strength=0.5"\n```' in page
     assert "a row that sets its method's parameters is timed at its own setting where `--setting` timed it (1 here)" in page
     assert "10.70x at its defaults" in _row_line(page, "FitM other")
+
+
+def _compare_folder(tmp_path: Path) -> str:
+    """An lpes-compare --output folder as the command leaves it: its board's four files."""
+    from lpes_harness.evaluation.compare_board import build_board, write_board
+
+    def row(name, method, right):
+        return {"name": name, "method": method, "setting": f"`{name}`", "tuning_forwards": 0 if method == "vanilla" else 20,
+                "candidates": 0 if method == "vanilla" else 4, "latency": 1.0,
+                "scores": {"8 needles": {p: [1] * right + [0] * (10 - right) for p in POSITIONS}}}
+
+    board = build_board([row("vanilla", "vanilla", 5), row("LPES lines", "lpes_both", 9), row("PCD tuned", "pcd", 6)],
+                        title="lpes-compare: tiny", command="lpes-compare --pretrained tiny --output cmp",
+                        machine="a test machine", notes=("30 paired samples a row",))
+    write_board(tmp_path / "cmp", board)
+    return "cmp"
+
+
+def test_an_lpes_compare_board_opens_the_page_as_the_command_wrote_it(paired):
+    tmp_path, source = paired
+    page = render([_board([source])], _latency(tmp_path), compares=[CompareBoard("Tiny model", _compare_folder(tmp_path))])
+    compare, held_out = page.split("## Held-out tables")
+    assert "## `lpes-compare` boards\n\n### Tiny model\n" in compare and "### Tiny" in held_out
+    assert "```bash\nlpes-compare --pretrained tiny --output cmp\n```" in compare  # the one command that made it
+    assert "- 30 paired samples a row" in compare and "#### By condition" in compare
+    assert "![accuracy by gold position](../cmp/positions.png)" in compare
+    first = next(line for line in compare.splitlines() if line.startswith("| 1 | LPES lines |"))
+    assert "+40.0 [" in first and "4 candidates" in first  # 9 of 10 against 5 of 10 at each of 3 positions
+    assert "**First: LPES lines** (LPES both)" in compare
+    with pytest.raises(LeaderboardError, match="gone: no leaderboard.json"):
+        render([_board([source])], tmp_path, compares=[CompareBoard("Gone", "gone")])
 
 
 def test_the_committed_page_is_what_the_command_writes_now(tmp_path, monkeypatch):

@@ -6,7 +6,8 @@ Every method of the table of methods that runs on the model (LPES, PI, Ms-PoE, A
 trained routers, positional hidden-state scaling with its channel, Found in the Middle, STRING, PCD) is tuned
 on the search split with the same number of forwards, by the same successive halving over its settings, then
 all are scored on the same held-out samples of every condition, vanilla once; ``--stacks`` adds the LPES winner
-under each stacking method's winner (``LPES lines + PCD tuned``). The run and its stages:
+under each stacking method's winner (``LPES lines + PCD tuned``), ``--authors-defaults`` each method untuned
+(``PCD authors' defaults``). The run and its stages:
 :mod:`lpes_harness.search.compare_run`; the board: :mod:`lpes_harness.evaluation.compare_board`.
 """
 
@@ -68,6 +69,10 @@ def build_parser():
                    help="also score, for each method that stacks with LPES (pcd, fitm, poshidden, string), its "
                         "winner with the LPES winner's curve under it: rows 'LPES lines + PCD tuned' and so on, "
                         "the two halves as tuned alone (no tuning of their own; held-out forwards only)")
+    p.add_argument("--authors-defaults", nargs="?", const="all", default=None, metavar="METHODS",
+                   help="also score these methods (comma-separated; alone or 'all': every method of the run but "
+                        "LPES and PI, which have none) at their authors' defaults, untuned: rows 'PCD authors' "
+                        "defaults' and so on beside 'PCD tuned', to see what tuning bought (held-out forwards only)")
     p.add_argument("--lpes-draws", type=int, default=15, help="pairs of lines LPES races (default 15)")
     p.add_argument("--moice-gates", default=None, help="MoICE's routers trained on this model (without: no MoICE row)")
     p.add_argument("--poshidden-setting", default=None,
@@ -107,12 +112,28 @@ def checked_args(parser, argv):
             draws=args.lpes_draws, output=Path(args.output), command=shlex.join([PROG, *(argv or [])]),
             moice_gates=args.moice_gates, poshidden_setting=args.poshidden_setting,
             tuning_forwards=args.tuning_forwards, stacks=args.stacks)
+        settings.authors_defaults = defaulted(args.authors_defaults, settings.methods)
         if settings.stacks and not settings.stacked_methods():
             raise ValueError("--stacks puts the LPES winner under a method that stacks: --methods needs lpes and one "
                              f"of {', '.join(methods_that_stack())}")
     except ValueError as err:
         parser.error(str(err))
     return args, settings
+
+
+def defaulted(text: str | None, methods: list[str]) -> tuple[str, ...]:
+    """``--authors-defaults``' methods: 'all' is every method of the run that has defaults; a name must be one."""
+    if text is None:
+        return ()
+    has_defaults = [m for m in methods if m not in ("lpes", "pi")]
+    if text == "all":
+        return tuple(has_defaults)
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    wrong = [n for n in names if n not in has_defaults]
+    if wrong or not names:
+        raise ValueError(f"--authors-defaults {text!r}: {', '.join(wrong) or 'no name'} is not a method of this run "
+                         f"with defaults ({', '.join(has_defaults) or 'none'}; LPES and PI have none)")
+    return tuple(dict.fromkeys(names))
 
 
 def methods_that_stack() -> list[str]:

@@ -1,9 +1,12 @@
-"""One leaderboard of every method on the committed held-out tables (issue #45): ``docs/leaderboard.md``.
+"""One leaderboard of every method: ``docs/leaderboard.md``, the ``lpes-compare`` boards (issue #97) and the committed
+held-out tables (issue #45).
 
     python -m lpes_harness.commands.leaderboard --out docs/leaderboard.md
     python -m lpes_harness.commands.leaderboard --out docs/leaderboard.md --figure docs/images/positions_by_method.png
 
-Nothing is scored: each board (:data:`~lpes_harness.evaluation.leaderboard_boards.BOARDS`, one per model)
+Nothing is scored. The page opens with each committed ``lpes-compare`` board
+(:data:`~lpes_harness.evaluation.leaderboard_boards.COMPARES`), as that command wrote it, with its command. Then
+each held-out board (:data:`~lpes_harness.evaluation.leaderboard_boards.BOARDS`, one per model)
 reads the committed per-sample records of one held-out sample set
 (:mod:`lpes_harness.evaluation.leaderboard_rows`) and :mod:`lpes_harness.evaluation.leaderboard` ranks
 every row by its accuracy, with its 95 % interval, its paired difference to vanilla and to the best LPES

@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from lpes_harness.core.files import atomic_write_json, atomic_write_text
-from lpes_harness.evaluation.leaderboard import difference, points, share
 from lpes_harness.evaluation.plots import new_figure, save_agg
-from lpes_harness.evaluation.stats import compare_paired, format_p, wilson_interval
+from lpes_harness.evaluation.stats import compare_paired, difference, format_p, share, wilson_interval
 from lpes_harness.methods import METHODS, entry_of
 
 ALPHA = 0.05  # a paired difference below this p is bold on the page
@@ -269,7 +268,13 @@ def _condition_table(board: Mapping) -> list[str]:
 
 def render_markdown(board: Mapping) -> str:
     """``leaderboard.md``: title, command, machine, notes, headline, the ranked table, the table by condition."""
-    lines = [f"# {board['title']}", "", "```bash", board["command"], "```", "", f"Machine: {board['machine']}", ""]
+    return "\n".join(board_lines(board, board["title"]))
+
+
+def board_lines(board: Mapping, heading: str, level: int = 1) -> list[str]:
+    """The board under a heading of ``level`` (its "By condition" one level below): ``leaderboard.md`` at level 1,
+    a section of ``docs/leaderboard.md`` deeper (:func:`lpes_harness.evaluation.leaderboard.render`)."""
+    lines = [f"{'#' * level} {heading}", "", "```bash", board["command"], "```", "", f"Machine: {board['machine']}", ""]
     if board["notes"]:
         lines += [*(f"- {note}" for note in board["notes"]), ""]
     for sentence in board["headline"]:  # a paragraph each: consecutive lines would run together on the page
@@ -278,9 +283,9 @@ def render_markdown(board: Mapping) -> str:
     row_notes = [f"- {entry['name']}: {entry['note']}" for entry in board["rows"] if entry.get("note")]
     if row_notes:
         lines += ["Row notes:", "", *row_notes, ""]
-    lines += ["## By condition", "", "Accuracy, and the paired difference to vanilla in points [95 %] with its p "
-              f"(bold: p < {ALPHA}).", "", *_condition_table(board), "", LATENCY_NOTE, ""]
-    return "\n".join(lines)
+    lines += [f"{'#' * (level + 1)} By condition", "", "Accuracy, and the paired difference to vanilla in points "
+              f"[95 %] with its p (bold: p < {ALPHA}).", "", *_condition_table(board), "", LATENCY_NOTE, ""]
+    return lines
 
 
 # ---------------------------------------------------------------- the figures

@@ -1,6 +1,9 @@
-"""The leaderboard page, ``docs/leaderboard.md``: every method on the committed held-out tables (issue #45).
+"""The leaderboard page, ``docs/leaderboard.md``: the ``lpes-compare`` boards (issue #97), then every method on the
+committed held-out tables (issue #45).
 
-Nothing is scored: each board (:data:`~.leaderboard_boards.BOARDS`, one per model) reads the committed
+Nothing is scored. The page opens with each committed ``lpes-compare`` board
+(:data:`~.leaderboard_boards.COMPARES`), shown from the ``leaderboard.json`` that command wrote, its command
+with it (:func:`compare_lines`). Then each held-out board (:data:`~.leaderboard_boards.BOARDS`, one per model) reads the committed
 per-sample records of one held-out sample set (:mod:`.leaderboard_rows`) and :func:`render` ranks every
 row by its accuracy, with its 95 % interval, its paired difference to vanilla and to the best LPES row on
 the same samples (:func:`~lpes_harness.evaluation.stats.compare_paired`: exact McNemar, interval of the
@@ -17,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lpes_harness.evaluation.leaderboard_boards import BOARDS, Board, fill
+from lpes_harness.evaluation.leaderboard_boards import BOARDS, COMPARES, Board, CompareBoard, fill
 from lpes_harness.evaluation.leaderboard_rows import ROPE, LeaderboardError, Row, arguments_key, is_lpes, model_args, read_table
-from lpes_harness.evaluation.stats import accuracy_with_interval, compare_paired, format_p
+from lpes_harness.evaluation.compare_board import board_lines as compare_board_lines
+from lpes_harness.evaluation.stats import accuracy_with_interval, compare_paired, difference, format_p, share
 from lpes_harness.core.scaling import DEFAULT
 from lpes_harness.methods import METHODS
 
@@ -112,20 +116,6 @@ def untimed_settings(rows: Sequence[Row], latency: Latency) -> list[str]:
         if flag not in flags:
             flags.append(flag)
     return flags
-
-
-def points(value: float) -> str:
-    """A difference of accuracies in points, signed, with a true minus sign as the other tables print it."""
-    return f"{value * 100:+.1f}".replace("-", "−")
-
-
-def share(value: float) -> str:
-    return f"{value:.3f}".removeprefix("0")
-
-
-def difference(test: Mapping) -> str:
-    low, high = test["difference_interval"]
-    return f"{points(test['difference'])} [{points(low)}, {points(high)}]"
 
 
 def board_lines(board: Board, rows: Sequence[Row], latency: Latency) -> list[str]:
@@ -247,30 +237,45 @@ def _commands(board: Board, method) -> tuple[list[str], str]:
                       else "the committed curve of this scaling on these samples")
 
 
-def render(boards: Sequence[Board] = BOARDS, root: Path = Path(".")) -> str:
-    """The whole page, from the committed records under ``root``."""
-    lines = ["# One leaderboard: every method on the committed held-out tables", "",
-             f"Written by `{COMMAND}` from committed per-sample records; nothing is scored again, and "
-             "`tests/test_leaderboard.py` fails when this page is not what the command writes now. "
-             "It is issue #45's leaderboard: every method on both models. To add a row, run the commands under its "
-             "method below, then add the record they write (the paired run's `heldout.json`, the kept report's "
-             "folder) to its board's `sources` in `lpes_harness/evaluation/leaderboard_boards.py`.", "",
-             "- **row**: its name in its record; **method**: what it ran, by the table of methods "
-             "(`lpes_harness.methods.METHODS`): one factor on every layer it moved is PI, position or base, whatever "
-             "the record calls it; **setting**: what it set (authors' defaults: none of the method's parameters).",
-             "- **accuracy**: all gold positions pooled, with its 95 % Wilson interval. **vs vanilla**, **vs best LPES "
-             "row** (the LPES row of any scaling with the best accuracy, its name in bold): the "
-             "difference in points on the same samples, its 95 % interval, samples gained / lost, exact McNemar p "
-             f"(`lpes_harness.evaluation.stats.compare_paired`); bold: p < {ALPHA}.",
-             "- **forwards per token**: the table of methods. **latency vs vanilla**: `benchmarks/latency.py`'s "
-             "committed median ratio of cached generation (prefill and new tokens) on the board's model, on the "
-             "machine its board names, \"not measured\" where a method has none; a ratio depends on the machine, "
-             "so compare it within a board.", ""]
+def render(boards: Sequence[Board] = BOARDS, root: Path = Path("."),
+           compares: Sequence[CompareBoard] = COMPARES) -> str:
+    """The whole page, from the committed records under ``root``: the ``lpes-compare`` boards, then the held-out
+    tables."""
+    lines = ["# Leaderboard: which fix on which model", "",
+             f"Written by `{COMMAND}` from committed records; nothing is scored again, and "
+             "`tests/test_leaderboard.py` fails when this page is not what the command writes now. Two kinds of board:",
+             "",
+             "- **`lpes-compare` boards** (first): every method of the table that runs on the model, tuned on the same "
+             "forwards and scored on the same held-out samples by one command, which each board shows; run it on your "
+             "model to get the same board for it ([compare.md](compare.md)). On two CPU cores a board is small: read "
+             "its intervals and its note on what its sample size can show.",
+             "- **Held-out tables** (after): 1,000 paired samples a model, every row made by its own run on one sample "
+             "set (issue #45), authors' and tuned rows; the tables that rank these methods with power. To add a row, "
+             "run the commands under its method below, then add the record they write (the paired run's "
+             "`heldout.json`, the kept report's folder) to its board's `sources` in "
+             "`lpes_harness/evaluation/leaderboard_boards.py`.", ""]
+    if compares:
+        lines += ["## `lpes-compare` boards", ""]
+        for compare in compares:
+            lines += compare_lines(compare, root)
+        lines += ["## Held-out tables", ""]
+    lines += ["- **row**: its name in its record; **method**: what it ran, by the table of methods "
+              "(`lpes_harness.methods.METHODS`): one factor on every layer it moved is PI, position or base, whatever "
+              "the record calls it; **setting**: what it set (authors' defaults: none of the method's parameters).",
+              "- **accuracy**: all gold positions pooled, with its 95 % Wilson interval. **vs vanilla**, **vs best LPES "
+              "row** (the LPES row of any scaling with the best accuracy, its name in bold): the "
+              "difference in points on the same samples, its 95 % interval, samples gained / lost, exact McNemar p "
+              f"(`lpes_harness.evaluation.stats.compare_paired`); bold: p < {ALPHA}.",
+              "- **forwards per token**: the table of methods. **latency vs vanilla**: `benchmarks/latency.py`'s "
+              "committed median ratio of cached generation (prefill and new tokens) on the board's model, on the "
+              "machine its board names, \"not measured\" where a method has none; a ratio depends on the machine, "
+              "so compare it within a board.", ""]
+    level = "###" if compares else "##"
     for board in boards:
         table = read_table(board.sources, root)
         latency = read_latency(root / board.latency) if board.latency else Latency()
         total = table.per_position * len(table.positions)
-        lines += [f"## {board.model}", "", f"{board.about} {table.per_position} samples at each of "
+        lines += [f"{level} {board.model}", "", f"{board.about} {table.per_position} samples at each of "
                   f"{len(table.positions)} gold positions ({', '.join(f'{p} %' for p in table.positions)}): "
                   f"{total:,} paired samples.", "", latency_where(board, root), ""]
         flags = untimed_settings(table.rows, latency)
@@ -284,6 +289,21 @@ def render(boards: Sequence[Board] = BOARDS, root: Path = Path(".")) -> str:
             lines += ["**Methods of the table with no row here, or without their authors' or tuned row:**", "",
                       *missing, ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def compare_lines(compare: CompareBoard, root: Path) -> list[str]:
+    """One ``lpes-compare`` board as a section of the page, from the ``leaderboard.json`` that command wrote."""
+    path = root / compare.folder / "leaderboard.json"
+    try:
+        board = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LeaderboardError(f"{compare.folder}: no leaderboard.json (an lpes-compare --output folder); run its "
+                               f"command or drop it from COMPARES in leaderboard_boards.py") from None
+    heading, *rest = compare_board_lines(board, compare.model, level=3)
+    link = f"../{compare.folder}"
+    return [heading, "", f"As `lpes-compare` wrote it in [{compare.folder}]({link}/README.md) "
+            f"([leaderboard.json]({link}/leaderboard.json)); accuracy by gold position and each row's gain:", "",
+            f"![accuracy by gold position]({link}/positions.png) ![gain over vanilla]({link}/gains.png)", *rest]
 
 
 def latency_where(board: Board, root: Path) -> str:

@@ -141,6 +141,22 @@ BOARDS = (
 )
 
 
+@dataclass(frozen=True)
+class CompareBoard:
+    """One model's ``lpes-compare`` board: the committed ``--output`` folder whose ``leaderboard.json`` the page shows
+    as that command wrote it (its README says what the run cost and on which CPU)."""
+
+    model: str
+    folder: str
+
+
+# The boards the page opens with (issue #97): each made by one command, which it shows.
+COMPARES = (
+    CompareBoard("SmolLM2-135M-Instruct (the bundled model)", "results/compare_smollm2_30m"),
+    # Gemma-3-270M: results/compare_gemma3_240 once its run ends.
+)
+
+
 def fill(template: str, **values: str) -> str:
     """``template`` with each ``{key}`` of ``values`` replaced; other braces (JSON metadata) are left alone."""
     for key, value in values.items():

@@ -17,7 +17,7 @@ difference" each discordant sample is a fair coin.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 Z_95 = 1.959963984540054
 
@@ -203,3 +203,19 @@ def median_spread(values: Sequence[float]) -> dict:
 def format_p(p: float) -> str:
     """A p-value for a table: 3 significant digits, scientific below 0.001."""
     return f"{p:.3f}" if p >= 1e-3 else f"{p:.1e}"
+
+
+# ---------------------------------------------------------------- as the tables print them
+
+def points(value: float) -> str:
+    """A difference of accuracies in points, signed, with a true minus sign as the other tables print it."""
+    return f"{value * 100:+.1f}".replace("-", "−")
+
+
+def share(value: float) -> str:
+    return f"{value:.3f}".removeprefix("0")
+
+
+def difference(test: Mapping) -> str:
+    low, high = test["difference_interval"]
+    return f"{points(test['difference'])} [{points(low)}, {points(high)}]"

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Sequence
 
 from lpes_harness.core.files import atomic_write_json, read_json_or_none
+from lpes_harness.core.models import config_layer_types
 from lpes_harness.evaluation.baseline_rows import BaselineLoader
 from lpes_harness.evaluation.conditions import Condition, apply_chat_template, slug
 from lpes_harness.evaluation.paired import cache_identity, sample_bar, score_rows
 from lpes_harness.evaluation.score_cache import ScoreCache
 from lpes_harness.methods import METHODS, rope_entry, stack_key
 from lpes_harness.methods.setup import MethodSetup
-from lpes_harness.search.compare_methods import NotRun, Setting, settings_of
+from lpes_harness.search.compare_methods import NotRun, Setting, authors_setting, line_family, settings_of
 from lpes_harness.search.method_racing import RacePlan, plan_race, run_race
 
 JOURNAL = "compare.json"
@@ -60,21 +61,27 @@ class CompareArgs:
     poshidden_setting: str | None = None
     tuning_forwards: int | None = None  # per method; None: what the budget holds
     stacks: bool = False  # rows of the LPES winner under each stacking method's winner
+    authors_defaults: tuple[str, ...] = ()  # the methods that also get a row at their authors' defaults
 
     def record(self) -> dict:
-        """What a resume must find unchanged (``stacks`` only when set: a compare journalled before the flag
-        existed resumes as it was)."""
+        """What a resume must find unchanged (``stacks`` and ``authors_defaults`` only when set: a compare
+        journalled before the flag existed resumes as it was)."""
         return {"pretrained": self.pretrained, "task": self.task, "conditions": [c.to_dict() for c in self.conditions],
                 "methods": self.methods, "budget": self.budget, "heldout_samples": self.heldout_samples,
                 "seed": self.seed, "dtype": self.dtype, "draws": self.draws, "moice_gates": self.moice_gates,
                 "poshidden_setting": self.poshidden_setting, "tuning_forwards": self.tuning_forwards,
-                **({"stacks": True} if self.stacks else {})}
+                **({"stacks": True} if self.stacks else {}),
+                **({"authors_defaults": list(self.authors_defaults)} if self.authors_defaults else {})}
 
     def stacked_methods(self) -> list[str]:
         """The methods whose winner gets the LPES winner under it (``--stacks``): those that stack, when LPES runs."""
         if not self.stacks or "lpes" not in self.methods:
             return []
         return [m for m in self.methods if m != "lpes" and METHODS[m].stacks_with_lpes]
+
+    def defaulted_methods(self) -> list[str]:
+        """The methods of the run that get a row at their authors' defaults (``--authors-defaults``)."""
+        return [m for m in self.methods if m in self.authors_defaults]
 
 
 def check_resumable(args: CompareArgs) -> dict | None:
@@ -163,7 +170,9 @@ class Compare:
         if planned is not None:
             return [Setting.from_dict(saved) for saved in planned]
         return settings_of(method, self.num_layers, draws=self.args.draws, seed=self.args.seed,
-                           moice_gates=self.args.moice_gates, poshidden_setting=self.args.poshidden_setting)
+                           moice_gates=self.args.moice_gates, poshidden_setting=self.args.poshidden_setting,
+                           lines=line_family(self.args.pretrained, self.lm.device, self.args.dtype),
+                           layer_types=config_layer_types(self.lm.model.config))
 
     def blocks(self) -> int:
         from lpes_harness.tasks.position import resolve_task
@@ -206,7 +215,9 @@ class Compare:
         left = MARGIN * (self.args.budget - (time.time() - launched)) - loads
         # A stack's forward costs its method's (the curve under it changes no shape), and is no tuning.
         stacks = [m for m in self.args.stacked_methods() if m in methods]
-        per_row = costs["vanilla"] + sum(costs[m] for m in methods + stacks)  # one sample of every row in one block
+        # A row at the authors' defaults is timed as the method's first setting: close enough to plan with.
+        defaults = [m for m in self.args.defaulted_methods() if m in methods]
+        per_row = costs["vanilla"] + sum(costs[m] for m in methods + stacks + defaults)  # one sample of every row in one block
         latency = (LATENCY_REPEATS + 1) * per_row  # a prefill is about one sample's forward
         heldout = self.args.heldout_samples
         if heldout is None:
@@ -231,7 +242,7 @@ class Compare:
             "races": races, "skipped": skipped, "estimate_seconds": round(
                 time.time() - launched + loads + latency + heldout * blocks * per_row + spent, 1),
             "candidates": {m: [s.to_dict() for s in candidates[m]] for m in methods},
-            "stacks": stacks,
+            "stacks": stacks, **({"authors_defaults": defaults} if defaults else {}),
         }  # fmt: skip
         return self.journal["plan"]
 
@@ -265,7 +276,8 @@ class Compare:
     def rows(self) -> dict[str, tuple[tuple[str, ...], str, Setting]]:
         """Row name -> (the compare's methods it took its setting from, the table's entry it is, the setting):
         vanilla (none), then each tuned method's winner, named for what it holds (a PI winner of either scaling
-        is PI), then each stack (``--stacks``: both halves' winners, ``lpes`` and the method)."""
+        is PI), then each stack (``--stacks``: both halves' winners, ``lpes`` and the method), then each tuned method
+        at its authors' defaults (``--authors-defaults``: no tuning, so no method it took a setting from)."""
         rows = {"vanilla": ((), "vanilla", Setting(self.vanilla(), "the plain model"))}
         for method, tuned in self.journal.get("tuned", {}).items():
             setting = self.settings(method)[tuned["winner"]]
@@ -279,6 +291,11 @@ class Compare:
             if method in self.journal.get("tuned", {}) and "lpes" in self.journal["tuned"]:
                 rows[f"LPES lines + {METHODS[method].label} tuned"] = (("lpes", method), stack_key(method),
                                                                       self.stack_setting(method))
+        for method in self.args.defaulted_methods():
+            if method in self.journal.get("tuned", {}):
+                setting = authors_setting(method, moice_gates=self.args.moice_gates,
+                                          poshidden_setting=self.args.poshidden_setting)
+                rows[f"{METHODS[method].label} authors' defaults"] = ((), method, setting)
         return rows
 
     def stack_setting(self, method: str) -> Setting:
@@ -381,8 +398,12 @@ def describe_plan(plan: dict, methods: Sequence[str]) -> list[str]:
     stacks = plan.get("stacks", [])
     if stacks:
         lines.append(f"stacks: the LPES winner under the winner of {', '.join(stacks)} (held-out forwards only)")
+    defaults = plan.get("authors_defaults", [])
+    if defaults:
+        lines.append(f"authors' defaults: {', '.join(defaults)} untuned beside their winners (held-out forwards only)")
     lines.append(f"held-out: {plan['heldout_samples']} samples per position per condition, "
-                 f"{len(plan['races']) + 1 + len(stacks)} rows; about {duration(plan['estimate_seconds'])} in all")
+                 f"{len(plan['races']) + 1 + len(stacks) + len(defaults)} rows; about "
+                 f"{duration(plan['estimate_seconds'])} in all")
     lines.append(f"  {resolution(plan['heldout_samples'] * plan['blocks'])}")
     lines += [f"not run: {m}: {why}" for m, why in plan["skipped"].items()]
     return lines
