@@ -153,7 +153,7 @@ class CompareBoard:
 # The boards the page opens with (issue #97): each made by one command, which it shows.
 COMPARES = (
     CompareBoard("SmolLM2-135M-Instruct (the bundled model)", "results/compare_smollm2_30m"),
-    # Gemma-3-270M: results/compare_gemma3_240 once its run ends.
+    CompareBoard("Gemma-3-270M", "results/compare_gemma3_240"),
 )
 
 
