@@ -131,6 +131,11 @@ def test_each_curve_is_paired_with_each_baseline_model_over_all_positions():
     assert (test["gained"], test["lost"]) == (11, 5) and test["difference"] == pytest.approx(6 / 20)
     assert test["p"] == pytest.approx(mcnemar_exact(11, 5))
     assert "LPES a vs MoICE, all positions: +30.0 pts, +11/−5" in format_plain(paired_table(scored))
+    # A stack (an LPES curve under a baseline model) is a baseline row, though its name starts like a curve's.
+    scored["scores"]["LPES a + PCD"] = {0: [1] * n, 50: [0] * n}
+    scored["methods"]["LPES a + PCD"] = "pcd_hf:lpes_scales=a.json"
+    versus = paired_table(scored)["versus_baselines"]
+    assert list(versus) == ["LPES a"] and list(versus["LPES a"]) == ["MoICE", "LPES a + PCD"]
     del scored["methods"]  # a table without method specs (older files): no baseline rows known, no lines
     assert paired_table(scored)["versus_baselines"] == {}
 

@@ -70,8 +70,10 @@ def _versus_baselines(pooled: Mapping[str, list], methods: Mapping) -> dict:
     """Each curve against each baseline model (the rows whose method is a ``model:args`` spec), all
     positions pooled: "above every baseline" is a paired claim on the same samples, like the rest."""
     others = [name for name in pooled if isinstance(methods.get(name), str)]
+    # A stack's row ("LPES x + PCD", a model spec) is named like a curve but is a baseline model: not a curve here,
+    # or it would be tested against itself and the other baselines.
     return {curve: {other: _paired(pooled[curve], pooled[other]) for other in others}
-            for curve in pooled if _is_curve(curve) and others}
+            for curve in pooled if _is_curve(curve) and curve not in others and others}
 
 
 def _pooled_lines(table: Mapping) -> list[str]:
