@@ -125,7 +125,9 @@ def defaulted(text: str | None, methods: list[str]) -> tuple[str, ...]:
     """``--authors-defaults``' methods: 'all' is every method of the run that has defaults; a name must be one."""
     if text is None:
         return ()
-    has_defaults = [m for m in methods if m not in ("lpes", "pi")]
+    from lpes_harness.search.compare_methods import WITHOUT_DEFAULTS
+
+    has_defaults = [m for m in methods if m not in WITHOUT_DEFAULTS]
     if text == "all":
         return tuple(has_defaults)
     names = [part.strip() for part in text.split(",") if part.strip()]

@@ -163,11 +163,12 @@ def settings_of(name: str, num_layers: int, *, draws: int, seed: int, moice_gate
     return grid_settings(name)
 
 
-def authors_setting(name: str, *, moice_gates: str | None = None, poshidden_setting: str | None = None) -> Setting | None:
-    """Method ``name`` at its authors' defaults (none of its parameters set, only the file it needs on this
-    model), or None for LPES and PI, which have no defaults (a searched curve, a factor)."""
-    if name in ("lpes", "pi"):
-        return None
+WITHOUT_DEFAULTS = ("lpes", "pi")  # a searched curve and a factor: no setting of their authors to score
+
+
+def authors_setting(name: str, *, moice_gates: str | None = None, poshidden_setting: str | None = None) -> Setting:
+    """Method ``name`` (not one of :data:`WITHOUT_DEFAULTS`) at its authors' defaults: none of its parameters set,
+    only the file it needs on this model."""
     needs = {"moice": f"gates={moice_gates}", "poshidden": f"setting={poshidden_setting}"}.get(name, "")
     return Setting(MethodSetup(METHODS[name].lm_eval, needs), "authors' defaults" + (f" (`{needs}`)" if needs else ""))
 
